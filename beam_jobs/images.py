@@ -1,0 +1,145 @@
+"""Validation and normalisation of one raw image file, independent of Beam.
+
+Every file either comes out as bytes the trainer can decode (JPEG or PNG, 8-bit
+RGB or grayscale, upright) or is rejected with a short, precise reason that ends
+up in the dead-letter output. The original bytes are kept whenever they are
+already fine, so a record is byte-identical to its source unless something had
+to change (resize, format, colour mode, EXIF rotation).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import warnings
+from dataclasses import dataclass
+
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+# Formats accepted as input. JPEG and PNG are stored as they are; the others are
+# converted to PNG (lossless) because the trainer's decoder is only fed JPEG/PNG.
+ACCEPTED_FORMATS = {"JPEG": "jpeg", "PNG": "png", "GIF": "png", "BMP": "png", "WEBP": "png"}
+# Modes TensorFlow's decoders read directly into uint8 with channels=3.
+PASSTHROUGH_MODES = {"RGB", "L"}
+JPEG_REENCODE_QUALITY = 95
+# Refuse anything whose header claims more pixels than this, before decoding it.
+DEFAULT_MAX_PIXELS = 50_000_000
+EXIF_ORIENTATION = 0x0112
+
+
+class ImageRejected(ValueError):
+    """A file that cannot become a training record; `reason` is a stable short code."""
+
+    def __init__(self, reason: str, detail: str = ""):
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class PreparedImage:
+    encoded: bytes
+    image_format: str  # "jpeg" or "png"
+    height: int
+    width: int
+    sha256: str
+    reencoded: bool
+
+
+def prepare_image(
+    data: bytes, *, max_side: int = 0, max_pixels: int = DEFAULT_MAX_PIXELS
+) -> PreparedImage:
+    """Validate `data` as an image and return what should be stored for it.
+
+    Raises ImageRejected for empty, non-image, truncated or oversized input.
+    `max_side` > 0 shrinks the image so its longest side is at most that.
+    """
+    if not data:
+        raise ImageRejected("empty_file")
+    try:
+        with warnings.catch_warnings():
+            # Pillow warns (instead of raising) between 1x and 2x its own limit;
+            # our explicit pixel check below is the one that decides.
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            image = Image.open(io.BytesIO(data))
+    except UnidentifiedImageError:
+        raise ImageRejected("not_an_image", "no known image header") from None
+    except Image.DecompressionBombError as err:
+        raise ImageRejected("too_many_pixels", str(err)) from None
+    except Exception as err:
+        raise _decode_error(err) from None
+
+    source_format = image.format or ""
+    if source_format not in ACCEPTED_FORMATS:
+        raise ImageRejected("unsupported_format", source_format or "unknown")
+    width, height = image.size
+    if width < 1 or height < 1:
+        raise ImageRejected("empty_image", f"{width}x{height}")
+    if width * height > max_pixels:
+        raise ImageRejected(
+            "too_many_pixels", f"{width}x{height} exceeds the limit of {max_pixels} pixels"
+        )
+
+    try:
+        image.load()  # full decode: catches truncated and corrupt data
+    except Exception as err:
+        raise _decode_error(err) from None
+
+    changed = False
+    if image.getexif().get(EXIF_ORIENTATION, 1) != 1:
+        # Store upright pixels: TensorFlow's decoders ignore EXIF orientation.
+        image, changed = ImageOps.exif_transpose(image), True
+
+    if image.mode not in PASSTHROUGH_MODES:
+        image, changed = _to_rgb(image), True
+
+    if max_side and max(image.size) > max_side:
+        scale = max_side / max(image.size)
+        size = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
+        image, changed = image.resize(size, Image.Resampling.LANCZOS), True
+
+    target_format = ACCEPTED_FORMATS[source_format]
+    if source_format not in ("JPEG", "PNG"):
+        changed = True
+
+    encoded = _encode(image, target_format) if changed else data
+    return PreparedImage(
+        encoded=encoded,
+        image_format=target_format,
+        height=image.height,
+        width=image.width,
+        sha256=hashlib.sha256(encoded).hexdigest(),
+        reencoded=changed,
+    )
+
+
+def _decode_error(err: Exception) -> ImageRejected:
+    detail = f"{type(err).__name__}: {err}"
+    if "truncated" in str(err).lower():
+        return ImageRejected("truncated", detail)
+    return ImageRejected("decode_failed", detail)
+
+
+def _to_rgb(image: Image.Image) -> Image.Image:
+    """Flatten alpha onto white, expand palettes, reduce 16-bit, convert CMYK."""
+    if image.mode in ("I;16", "I;16B", "I;16L", "I"):
+        # 16/32-bit grayscale: scale to 8 bits instead of clipping.
+        image = image.point(lambda value: value / 256).convert("L")
+        return image
+    if image.mode == "P" and "transparency" in image.info:
+        image = image.convert("RGBA")
+    if image.mode in ("RGBA", "LA", "PA"):
+        rgba = image.convert("RGBA")
+        background = Image.new("RGB", rgba.size, (255, 255, 255))
+        background.paste(rgba, mask=rgba.getchannel("A"))
+        return background
+    return image.convert("RGB")
+
+
+def _encode(image: Image.Image, image_format: str) -> bytes:
+    buffer = io.BytesIO()
+    if image_format == "jpeg":
+        image.save(buffer, format="JPEG", quality=JPEG_REENCODE_QUALITY)
+    else:
+        image.save(buffer, format="PNG")
+    return buffer.getvalue()

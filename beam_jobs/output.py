@@ -1,0 +1,188 @@
+"""The sharding job's output folder: staging, publishing, metadata, `_SUCCESS`.
+
+Readers trust an output folder only while it holds `_SUCCESS`. A run first
+removes that marker, writes everything into a private staging folder, and only
+after the pipeline succeeded replaces the previous shards, writes
+`metadata.json`, and writes `_SUCCESS` last. A killed run therefore leaves an
+output that readers refuse (no marker) and that the next run cleans up,
+including staging folders of earlier killed runs. Works on any filesystem Beam
+supports, including GCS, which has no atomic folder rename.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import logging
+import uuid
+from collections import Counter
+
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.filesystems import FileSystems
+
+from beam_jobs.config import ShardConfig
+from beam_jobs.plan import Plan
+from beam_jobs.splits import SPLIT_NAMES
+from beam_jobs.tfrecord_io import encode_shard, shard_name
+from training import features
+
+log = logging.getLogger(__name__)
+
+SUCCESS = "_SUCCESS"
+METADATA = "metadata.json"
+ERRORS_DIR = "errors"
+STAGING_PREFIX = "_staging-"
+
+
+def join(*parts: str) -> str:
+    return FileSystems.join(*parts)
+
+
+def new_staging_dir(output: str) -> str:
+    return join(output, f"{STAGING_PREFIX}{uuid.uuid4().hex[:12]}")
+
+
+def invalidate(output: str) -> None:
+    """Make the output untrusted for the duration of a rerun."""
+    marker = join(output, SUCCESS)
+    if FileSystems.exists(marker):
+        FileSystems.delete([marker])
+
+
+def _files(pattern: str) -> list[str]:
+    return [m.path for m in FileSystems.match([pattern])[0].metadata_list]
+
+
+def delete_tree(directory: str) -> None:
+    paths = _files(join(directory, "**"))
+    if paths:
+        FileSystems.delete(paths)
+    if FileSystems.exists(directory):  # local folders (GCS has no folder objects)
+        FileSystems.delete([directory])
+
+
+def read_json_lines(pattern: str) -> list[dict]:
+    rows = []
+    for path in sorted(_files(pattern)):
+        with FileSystems.open(path) as handle:
+            rows.extend(json.loads(line) for line in handle.read().decode().splitlines() if line)
+    return rows
+
+
+def write_bytes(path: str, data: bytes) -> None:
+    """Write exactly `data` (Beam would otherwise gzip again anything named *.gz)."""
+    with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        handle.write(data)
+
+
+def complete_shards(
+    staging: str, plan: Plan, reports: list[dict], config: ShardConfig
+) -> list[dict]:
+    """Write empty files for shards whose every image was rejected, so the
+    `-of-N` set is always whole."""
+    present = {(r["split"], r["index"]) for r in reports}
+    empty = encode_shard([], config.compression)
+    for split, count in plan.shard_counts.items():
+        for index in range(count):
+            if (split, index) in present:
+                continue
+            name = shard_name(split, index, count, config.shard_suffix)
+            write_bytes(join(staging, name), empty)
+            reports.append(
+                {
+                    "split": split,
+                    "index": index,
+                    "file": name,
+                    "num_records": 0,
+                    "num_bytes": len(empty),
+                    "sha256": _sha256(empty),
+                    "per_label": {},
+                }
+            )
+    return sorted(reports, key=lambda r: (SPLIT_NAMES.index(r["split"]), r["index"]))
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def build_metadata(
+    config: ShardConfig, plan: Plan, shard_reports: list[dict], errors: list[dict], runner: str
+) -> dict:
+    splits = {}
+    for split in SPLIT_NAMES:
+        shards = [r for r in shard_reports if r["split"] == split]
+        per_label: Counter = Counter()
+        for report in shards:
+            per_label.update(report["per_label"])
+        splits[split] = {
+            "num_records": sum(r["num_records"] for r in shards),
+            "num_shards": len(shards),
+            "per_label": dict(sorted(per_label.items())),
+            "shards": [
+                {k: r[k] for k in ("file", "num_records", "num_bytes", "sha256")} for r in shards
+            ],
+        }
+    num_inputs = plan.num_inputs
+    num_errors = len(errors)
+    error_fraction = num_errors / num_inputs if num_inputs else 0.0
+    return {
+        "schema_version": features.SCHEMA_VERSION,
+        "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "label_map": dict(sorted(plan.label_map.items(), key=lambda kv: kv[1])),
+        "num_classes": len(plan.label_map),
+        "compression": config.compression,
+        "splits": splits,
+        "num_inputs": num_inputs,
+        "num_records": sum(s["num_records"] for s in splits.values()),
+        "num_errors": num_errors,
+        "error_fraction": round(error_fraction, 6),
+        "errors_by_reason": dict(sorted(Counter(e["reason"] for e in errors).items())),
+        "max_error_fraction": config.max_error_fraction,
+        "params": config.to_json(),
+        "runner": runner,
+    }
+
+
+def publish(output: str, staging: str, metadata: dict, *, success: bool) -> None:
+    """Replace the previous output with the staged one; `_SUCCESS` last, if `success`."""
+    for path in _files(join(output, "*")):
+        name = path.rsplit("/", 1)[-1]
+        if name == METADATA or any(name.startswith(f"{s}-") for s in SPLIT_NAMES):
+            FileSystems.delete([path])
+    delete_tree(join(output, ERRORS_DIR))
+    for stale in _staging_dirs(output) - {staging.rstrip("/")}:
+        delete_tree(stale)
+
+    staged = _files(join(staging, "**"))
+    sources, destinations = [], []
+    for path in staged:
+        relative = path[len(staging) :].lstrip("/")
+        if relative.startswith("_"):  # the plan and shard reports stay private
+            continue
+        sources.append(path)
+        destinations.append(join(output, relative))
+    for parent in sorted({d.rsplit("/", 1)[0] for d in destinations}):
+        _ensure_dir(parent)
+    if sources:
+        FileSystems.rename(sources, destinations)
+    write_bytes(join(output, METADATA), json.dumps(metadata, indent=2, ensure_ascii=False).encode())
+    delete_tree(staging)
+    if success:
+        write_bytes(join(output, SUCCESS), b"")
+
+
+def _ensure_dir(directory: str) -> None:
+    """Local renames need the target folder; object stores have none (mkdirs is a no-op)."""
+    if not FileSystems.exists(directory):
+        FileSystems.mkdirs(directory)
+
+
+def _staging_dirs(output: str) -> set[str]:
+    """Staging folders in `output`, including those of earlier killed runs."""
+    prefix = join(output, STAGING_PREFIX)
+    return {
+        prefix + path[len(prefix) :].split("/", 1)[0]
+        for path in _files(join(output, f"{STAGING_PREFIX}*", "**"))
+    }

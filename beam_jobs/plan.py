@@ -1,0 +1,256 @@
+"""Planning the job before it runs: what to read, with which label, into which shard.
+
+The driver lists the input once (Beam's filesystems: local, gs://, anything
+Beam supports), fixes the label map and each image's split and shard, and writes
+that plan as JSONL for the pipeline to read. Deciding shards up front keeps them
+balanced and the output deterministic: the same inputs always give the same
+shards, byte for byte, whatever runner or parallelism executes the plan.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import logging
+import math
+import os
+import posixpath
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, replace
+
+from apache_beam.io.filesystems import FileSystems
+
+from beam_jobs.config import ShardConfig
+from beam_jobs.splits import SPLIT_NAMES, assign_split, hash_fraction
+
+log = logging.getLogger(__name__)
+
+MANIFEST_SUFFIXES = (".csv", ".jsonl")
+# Manifests do not carry sizes; the shard count is estimated from this many files.
+SIZE_SAMPLE = 200
+
+
+class InputError(ValueError):
+    """The input cannot be used at all (missing, empty, malformed manifest)."""
+
+
+@dataclass(frozen=True)
+class WorkItem:
+    """One line of the plan. `reject` is set for inputs refused while listing."""
+
+    uri: str
+    key: str
+    label: str
+    label_id: int = -1
+    split: str = ""
+    shard: int = -1
+    reject: str = ""
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, line: str) -> WorkItem:
+        return cls(**json.loads(line))
+
+
+@dataclass(frozen=True)
+class Plan:
+    items: list[WorkItem]
+    label_map: dict[str, int]
+    shard_counts: dict[str, int]
+    estimated_bytes: dict[str, int]
+
+    @property
+    def num_inputs(self) -> int:
+        return len(self.items)
+
+    @property
+    def num_rejected_at_listing(self) -> int:
+        return sum(1 for item in self.items if item.reject)
+
+
+def is_manifest(uri: str) -> bool:
+    return uri.lower().endswith(MANIFEST_SUFFIXES)
+
+
+def _is_hidden(relative: str) -> bool:
+    return any(part.startswith(".") or part.startswith("_") for part in relative.split("/"))
+
+
+def list_folder(root: str) -> tuple[list[WorkItem], dict[str, int]]:
+    """<root>/<label>/<file> -> items keyed by their path relative to root, and sizes."""
+    root = root.rstrip("/")
+    if not FileSystems.exists(root):
+        raise InputError(f"input path does not exist: {root}")
+    matches = FileSystems.match([root + "/**"])[0].metadata_list
+    items, sizes = [], {}
+    for meta in sorted(matches, key=lambda m: m.path):
+        relative = meta.path[len(root) :].lstrip("/")
+        if not relative or _is_hidden(relative):
+            continue  # dot-files, _SUCCESS-style markers, editor droppings
+        parts = relative.split("/")
+        if len(parts) < 2:
+            items.append(WorkItem(uri=meta.path, key=relative, label="", reject="no_label_dir"))
+            continue
+        items.append(WorkItem(uri=meta.path, key=relative, label=parts[0]))
+        sizes[relative] = meta.size_in_bytes
+    return items, sizes
+
+
+def _manifest_rows(uri: str, text: str) -> Iterable[tuple[int, dict]]:
+    if uri.lower().endswith(".csv"):
+        reader = csv.DictReader(io.StringIO(text))
+        if not reader.fieldnames or not {"uri", "label"} <= set(reader.fieldnames):
+            raise InputError(f"manifest {uri}: the header must name 'uri' and 'label' columns")
+        for line_no, row in enumerate(reader, start=2):
+            yield line_no, row
+        return
+    for line_no, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise InputError(f"manifest {uri}, line {line_no}: invalid JSON ({err.msg})") from None
+        if not isinstance(row, dict):
+            raise InputError(f"manifest {uri}, line {line_no}: expected a JSON object")
+        yield line_no, row
+
+
+def list_manifest(uri: str) -> tuple[list[WorkItem], dict[str, int]]:
+    """Manifest rows -> items keyed by their uri as written (relative uris resolve
+    against the manifest's folder), and the sizes of a sample of them."""
+    if not FileSystems.exists(uri):
+        raise InputError(f"manifest does not exist: {uri}")
+    with FileSystems.open(uri) as handle:
+        try:
+            text = handle.read().decode("utf-8")
+        except UnicodeDecodeError:
+            raise InputError(f"manifest {uri} is not UTF-8 text") from None
+    base = posixpath.dirname(uri) if "://" in uri else os.path.dirname(os.path.abspath(uri))
+    items = []
+    for line_no, row in _manifest_rows(uri, text):
+        raw_uri = str(row.get("uri") or "").strip()
+        label = str(row.get("label") or "").strip()
+        split = str(row.get("split") or "").strip()
+        if not raw_uri or not label:
+            items.append(
+                WorkItem(
+                    uri=raw_uri or f"{uri}#{line_no}",
+                    key=raw_uri,
+                    label=label,
+                    reject="bad_manifest_row",
+                )
+            )
+            continue
+        if split and split not in SPLIT_NAMES:
+            items.append(WorkItem(uri=raw_uri, key=raw_uri, label=label, reject="bad_split"))
+            continue
+        resolved = raw_uri
+        if "://" not in raw_uri and not raw_uri.startswith("/"):
+            resolved = FileSystems.join(base, raw_uri)
+        items.append(WorkItem(uri=resolved, key=raw_uri, label=label, split=split))
+    sample = sorted((i for i in items if not i.reject), key=lambda i: hash_fraction(i.key))
+    sizes = {}
+    for item in sample[:SIZE_SAMPLE]:
+        try:
+            sizes[item.key] = FileSystems.match([item.uri])[0].metadata_list[0].size_in_bytes
+        except Exception:  # missing files are dead-lettered when read; not a listing error
+            continue
+    return items, sizes
+
+
+def load_label_map(uri: str) -> dict[str, int]:
+    try:
+        with FileSystems.open(uri) as handle:
+            mapping = json.loads(handle.read().decode("utf-8"))
+    except Exception as err:
+        raise InputError(f"cannot read --label-map {uri}: {err}") from None
+    if not isinstance(mapping, dict) or not all(
+        isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) and v >= 0
+        for k, v in mapping.items()
+    ):
+        raise InputError(f"--label-map {uri} must be a JSON object of label name -> id >= 0")
+    if len(set(mapping.values())) != len(mapping):
+        raise InputError(f"--label-map {uri} maps two labels to the same id")
+    return mapping
+
+
+def build_plan(config: ShardConfig) -> Plan:
+    """List the input and decide label ids, splits and balanced shard assignments."""
+    if is_manifest(config.input):
+        items, sizes = list_manifest(config.input)
+    else:
+        items, sizes = list_folder(config.input)
+    if not items:
+        raise InputError(f"no input files found under {config.input}")
+
+    if config.label_map:
+        label_map = load_label_map(config.label_map)
+    else:
+        label_map = {
+            name: i for i, name in enumerate(sorted({i.label for i in items if not i.reject}))
+        }
+    if not label_map:
+        raise InputError(f"no labelled images found under {config.input}")
+
+    placed: list[WorkItem] = []
+    for item in items:
+        if item.reject:
+            placed.append(item)
+        elif item.label not in label_map:
+            placed.append(replace(item, reject="unknown_label"))
+        else:
+            split = item.split or assign_split(item.key, config.split_fractions)
+            placed.append(replace(item, label_id=label_map[item.label], split=split))
+
+    by_split: dict[str, list[WorkItem]] = defaultdict(list)
+    for item in placed:
+        if not item.reject:
+            by_split[item.split].append(item)
+
+    mean_size = (sum(sizes.values()) / len(sizes)) if sizes else 0
+    estimated = {
+        split: int(sum(sizes.get(i.key, mean_size) for i in members))
+        for split, members in by_split.items()
+    }
+    shard_counts = {
+        split: shard_count(len(by_split[split]), estimated.get(split, 0), config)
+        for split in SPLIT_NAMES
+    }
+
+    final: list[WorkItem] = [i for i in placed if i.reject]
+    for split, members in by_split.items():
+        # Round-robin over a hash order: balanced shards, independent of listing order.
+        ordered = sorted(members, key=lambda i: (hash_fraction("shard:" + i.key), i.key))
+        final.extend(
+            replace(item, shard=index % shard_counts[split]) for index, item in enumerate(ordered)
+        )
+    counts = Counter(i.split for i in final if not i.reject)
+    log.info(
+        "planned %d inputs (%s), %d rejected while listing, %d labels",
+        len(final),
+        ", ".join(f"{s}={counts.get(s, 0)} in {shard_counts[s]} shards" for s in SPLIT_NAMES),
+        sum(1 for i in final if i.reject),
+        len(label_map),
+    )
+    return Plan(
+        items=final, label_map=label_map, shard_counts=shard_counts, estimated_bytes=estimated
+    )
+
+
+def shard_count(num_records: int, estimated_bytes: int, config: ShardConfig) -> int:
+    """Shards for one split: fixed by flag, else by size, at least min_shards, never
+    more shards than records (an empty shard only costs a worker an idle file)."""
+    if num_records == 0:
+        return 0
+    if config.num_shards is not None:
+        wanted = config.num_shards
+    else:
+        wanted = max(
+            config.min_shards, math.ceil(estimated_bytes / (config.target_shard_mb * 2**20))
+        )
+    return max(1, min(wanted, num_records))

@@ -1,0 +1,186 @@
+"""Shard a folder (or manifest) of raw images into validated TFRecord shards.
+
+    python -m beam_jobs.shard_images --input IMAGES --output SHARDS [Beam options]
+
+Runs on Beam's local runner, on both cores, unless a `--runner` is given;
+`--runner DataflowRunner --project ... --region ... --temp_location gs://...`
+(or Flink/Spark with their usual options) runs the same pipeline elsewhere.
+Exit codes: 0 done, 1 too many rejected images, 2 bad parameters or input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+from dataclasses import dataclass
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+
+from beam_jobs import output as out
+from beam_jobs.config import ConfigError, ShardConfig, add_arguments, config_from_args
+from beam_jobs.plan import InputError, WorkItem, build_plan
+from beam_jobs.transforms import ERRORS, RECORDS, ReadImages, WriteJsonLines, WriteShards
+
+log = logging.getLogger("beam_jobs.shard_images")
+
+
+class ErrorBudgetExceeded(RuntimeError):
+    """More inputs were rejected than --max-error-fraction allows."""
+
+
+@dataclass(frozen=True)
+class ShardResult:
+    output: str
+    metadata: dict
+    seconds: float
+
+    def summary(self) -> str:
+        m = self.metadata
+        splits = ", ".join(
+            f"{name} {s['num_records']} in {s['num_shards']} shards"
+            for name, s in m["splits"].items()
+            if s["num_shards"]
+        )
+        return (
+            f"sharded {m['num_records']}/{m['num_inputs']} images ({splits}); "
+            f"{m['num_errors']} rejected ({m['error_fraction']:.1%}); "
+            f"{m['num_classes']} classes; {self.seconds:.1f}s -> {self.output}"
+        )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m beam_jobs.shard_images",
+        allow_abbrev=False,  # an abbreviation would hide a typo in a Beam flag
+        description="Shard raw images into TFRecords. Flags not listed here are passed to "
+        "Beam as pipeline options (--runner, --direct_num_workers, --project, --region, "
+        "--temp_location, ...). Without --runner the local DirectRunner uses all cores.",
+    )
+    add_arguments(parser)
+    return parser
+
+
+def _beam_flag_parser() -> argparse.ArgumentParser:
+    """Every flag Beam's PipelineOptions (all runners) understands."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    pending = list(PipelineOptions.__subclasses__())
+    seen = set()
+    while pending:
+        cls = pending.pop()
+        if cls in seen:
+            continue
+        seen.add(cls)
+        pending.extend(cls.__subclasses__())
+        try:
+            cls._add_argparse_args(parser)
+        except argparse.ArgumentError:
+            continue  # the same flag declared by two option classes
+    return parser
+
+
+def pipeline_options(beam_args: list[str]) -> PipelineOptions:
+    """Validate pass-through flags (a typo is an error, not a silent no-op) and
+    default to the multi-process local runner on all cores."""
+    _, unknown = _beam_flag_parser().parse_known_args(beam_args)
+    unknown = [arg for arg in unknown if arg.startswith("-")]
+    if unknown:
+        raise ConfigError(f"unknown flag(s): {' '.join(unknown)} (see --help)")
+    args = list(beam_args)
+    if not any(a == "--runner" or a.startswith("--runner=") for a in args):
+        args.append("--runner=DirectRunner")
+        if not any(a.startswith("--direct_num_workers") for a in args):
+            args.append(f"--direct_num_workers={os.cpu_count() or 1}")
+        if not any(a.startswith("--direct_running_mode") for a in args):
+            args.append("--direct_running_mode=multi_processing")
+    return PipelineOptions(args)
+
+
+def build_pipeline(
+    p: beam.Pipeline,
+    config: ShardConfig,
+    plan_path: str,
+    staging: str,
+    shard_counts: dict[str, int],
+) -> None:
+    items = (
+        p
+        | "ReadPlan" >> beam.io.ReadFromText(plan_path)
+        | "ParsePlan" >> beam.Map(WorkItem.from_json)
+    )
+    results = items | "ReadImages" >> ReadImages(config.max_side, config.max_pixels)
+    reports = results[RECORDS] | "WriteShards" >> WriteShards(
+        staging, shard_counts, config.compression, config.shard_suffix
+    )
+    reports | "WriteShardReports" >> WriteJsonLines(out.join(staging, "_reports", "shards"))
+    results[ERRORS] | "WriteDeadLetters" >> WriteJsonLines(
+        out.join(staging, out.ERRORS_DIR, "errors")
+    )
+
+
+def shard_images(config: ShardConfig, options: PipelineOptions) -> ShardResult:
+    """Plan, run the pipeline, publish. Raises InputError / ErrorBudgetExceeded."""
+    started = time.monotonic()
+    plan = build_plan(config)
+    out.invalidate(config.output)
+    staging = out.new_staging_dir(config.output)
+    plan_path = out.join(staging, "_plan", "inputs.jsonl")
+    out.write_bytes(plan_path, "".join(i.to_json() + "\n" for i in plan.items).encode())
+
+    runner = options.view_as(StandardOptions).runner or "DirectRunner"
+    log.info("running the sharding pipeline on %s (staging %s)", runner, staging)
+    with beam.Pipeline(options=options) as pipeline:
+        build_pipeline(pipeline, config, plan_path, staging, plan.shard_counts)
+
+    reports = out.read_json_lines(out.join(staging, "_reports", "shards*"))
+    reports = out.complete_shards(staging, plan, reports, config)
+    errors = out.read_json_lines(out.join(staging, out.ERRORS_DIR, "*"))
+    metadata = out.build_metadata(config, plan, reports, errors, runner)
+    within_budget = metadata["error_fraction"] <= config.max_error_fraction
+    metadata["status"] = "ok" if within_budget else "failed: too many rejected images"
+    out.publish(config.output, staging, metadata, success=within_budget)
+    result = ShardResult(config.output, metadata, time.monotonic() - started)
+    if not within_budget:
+        raise ErrorBudgetExceeded(
+            f"{metadata['num_errors']} of {metadata['num_inputs']} inputs were rejected "
+            f"({metadata['error_fraction']:.1%} > --max-error-fraction "
+            f"{config.max_error_fraction:.1%}); by reason: {metadata['errors_by_reason']}. "
+            f"See {out.join(config.output, out.ERRORS_DIR)} for each file; no _SUCCESS written."
+        )
+    return result
+
+
+def run(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args, beam_args = parser.parse_known_args(argv)
+    try:
+        config = config_from_args(args)
+        options = pipeline_options(beam_args)
+    except ConfigError as err:
+        parser.error(str(err))  # exits 2 with the usage line
+    try:
+        result = shard_images(config, options)
+    except InputError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except ErrorBudgetExceeded as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print(result.summary())
+    return 0
+
+
+def configure_logging() -> None:
+    """Our progress at INFO; Beam's worker chatter only when it is a warning."""
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    logging.getLogger("apache_beam").setLevel(logging.WARNING)
+
+
+if __name__ == "__main__":
+    configure_logging()
+    sys.exit(run())

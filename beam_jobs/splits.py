@@ -1,0 +1,42 @@
+"""Deterministic train/validation/test assignment.
+
+The split of an image is a pure function of its key (its path relative to the
+input root, or its manifest uri), so reruns, added images and other runners
+never move an existing image to another split.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+
+SPLIT_NAMES = ("train", "validation", "test")
+# 2**64 buckets: fine-grained enough that fractions are honoured exactly in expectation.
+_BUCKETS = 2**64
+
+
+def hash_fraction(key: str) -> float:
+    """Map a key to [0, 1) uniformly and stably (sha256, not Python's salted hash)."""
+    digest = hashlib.sha256(key.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") / _BUCKETS
+
+
+def assign_split(key: str, fractions: Mapping[str, float]) -> str:
+    """Return the split whose cumulative range holds `hash_fraction(key)`.
+
+    `fractions` is ordered (train, validation, test) and sums to 1; splits with
+    a zero fraction never receive an image.
+    """
+    point = hash_fraction(key)
+    cumulative = 0.0
+    last = None
+    for name, fraction in fractions.items():
+        if fraction <= 0:
+            continue
+        cumulative += fraction
+        last = name
+        if point < cumulative:
+            return name
+    if last is None:
+        raise ValueError("all split fractions are zero")
+    return last  # floating point rounding at the very top of the range

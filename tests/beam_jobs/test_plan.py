@@ -1,0 +1,134 @@
+import json
+import os
+from collections import Counter
+
+import pytest
+
+from beam_jobs.config import ShardConfig
+from beam_jobs.plan import InputError, build_plan
+
+
+def _touch(path, data=b"x" * 100):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as handle:
+        handle.write(data)
+
+
+def _config(tmp_path, input_uri, **kwargs):
+    return ShardConfig(input=str(input_uri), output=str(tmp_path / "out"), **kwargs)
+
+
+def test_folder_labels_are_sorted_names_and_odd_files_are_handled(tmp_path):
+    root = tmp_path / "images"
+    for label in ("zebra", "ant", "moth"):
+        _touch(str(root / label / "a.jpg"))
+    _touch(str(root / "moth" / "nested" / "b.jpg"))
+    _touch(str(root / "loose.jpg"))  # not in a label folder
+    _touch(str(root / "ant" / ".DS_Store"))  # hidden: ignored
+    plan = build_plan(_config(tmp_path, root))
+    assert plan.label_map == {"ant": 0, "moth": 1, "zebra": 2}
+    by_key = {item.key: item for item in plan.items}
+    assert set(by_key) == {
+        "zebra/a.jpg",
+        "ant/a.jpg",
+        "moth/a.jpg",
+        "moth/nested/b.jpg",
+        "loose.jpg",
+    }
+    assert by_key["loose.jpg"].reject == "no_label_dir"
+    assert by_key["moth/nested/b.jpg"].label_id == 1
+    assert plan.num_rejected_at_listing == 1
+
+
+def test_shards_are_balanced_and_bounded(tmp_path):
+    root = tmp_path / "images"
+    for i in range(103):
+        _touch(str(root / f"c{i % 3}" / f"{i}.png"))
+    plan = build_plan(
+        _config(
+            tmp_path,
+            root,
+            num_shards=4,
+            split_fractions={"train": 1.0, "validation": 0.0, "test": 0.0},
+        )
+    )
+    assert plan.shard_counts == {"train": 4, "validation": 0, "test": 0}
+    sizes = Counter(item.shard for item in plan.items)
+    assert sorted(sizes.values()) == [25, 26, 26, 26]
+
+
+def test_shard_count_follows_data_size_with_a_minimum(tmp_path):
+    root = tmp_path / "images"
+    for i in range(40):
+        _touch(str(root / "a" / f"{i}.jpg"), b"x" * 100_000)  # 4 MB in all
+    fractions = {"train": 1.0, "validation": 0.0, "test": 0.0}
+    small = build_plan(_config(tmp_path, root, target_shard_mb=1, split_fractions=fractions))
+    assert small.shard_counts["train"] == 4
+    big = build_plan(
+        _config(tmp_path, root, target_shard_mb=100, min_shards=3, split_fractions=fractions)
+    )
+    assert big.shard_counts["train"] == 3
+
+
+def test_csv_manifest_with_relative_uris_and_split_override(tmp_path):
+    _touch(str(tmp_path / "data" / "x.jpg"))
+    _touch(str(tmp_path / "data" / "y.jpg"))
+    manifest = tmp_path / "manifest.csv"
+    manifest.write_text(
+        "uri,label,split\ndata/x.jpg,cat,test\ndata/y.jpg,dog,\n,dog,\ndata/z.jpg,dog,holdout\n"
+    )
+    plan = build_plan(_config(tmp_path, manifest))
+    items = {item.key: item for item in plan.items}
+    assert items["data/x.jpg"].uri == str(tmp_path / "data" / "x.jpg")
+    assert items["data/x.jpg"].split == "test"
+    assert items["data/y.jpg"].split in {"train", "validation", "test"}
+    assert items["data/z.jpg"].reject == "bad_split"
+    assert sum(1 for i in plan.items if i.reject == "bad_manifest_row") == 1
+    assert plan.label_map == {"cat": 0, "dog": 1}
+
+
+def test_jsonl_manifest(tmp_path):
+    _touch(str(tmp_path / "a.png"))
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text(json.dumps({"uri": str(tmp_path / "a.png"), "label": "a"}) + "\n\n")
+    plan = build_plan(_config(tmp_path, manifest))
+    assert [(i.uri, i.label_id) for i in plan.items] == [(str(tmp_path / "a.png"), 0)]
+
+
+def test_label_map_file_fixes_ids_and_dead_letters_unknown_labels(tmp_path):
+    root = tmp_path / "images"
+    _touch(str(root / "cat" / "1.jpg"))
+    _touch(str(root / "dog" / "1.jpg"))
+    label_map = tmp_path / "labels.json"
+    label_map.write_text(json.dumps({"dog": 0, "cat": 5}))
+    plan = build_plan(_config(tmp_path, root, label_map=str(label_map)))
+    assert {i.key: i.label_id for i in plan.items} == {"cat/1.jpg": 5, "dog/1.jpg": 0}
+
+    label_map.write_text(json.dumps({"dog": 0}))
+    plan = build_plan(_config(tmp_path, root, label_map=str(label_map)))
+    assert {i.key: i.reject for i in plan.items} == {"cat/1.jpg": "unknown_label", "dog/1.jpg": ""}
+
+
+@pytest.mark.parametrize(
+    ("setup", "message"),
+    [
+        (lambda root: None, "does not exist"),
+        (lambda root: os.makedirs(root), "no input files"),
+        (
+            lambda root: (os.makedirs(root / "x"), _touch(str(root / "x" / ".hidden"))),
+            "no input files",
+        ),
+    ],
+)
+def test_unusable_input_is_a_clear_error(tmp_path, setup, message):
+    root = tmp_path / "images"
+    setup(root)
+    with pytest.raises(InputError, match=message):
+        build_plan(_config(tmp_path, root))
+
+
+def test_manifest_without_label_column_is_a_clear_error(tmp_path):
+    manifest = tmp_path / "m.csv"
+    manifest.write_text("path,class\na.jpg,cat\n")
+    with pytest.raises(InputError, match="'uri' and 'label'"):
+        build_plan(_config(tmp_path, manifest))

@@ -1,0 +1,265 @@
+"""End to end: sample images (with corrupt files) -> shards -> read back with plain tf.data."""
+
+import glob
+import hashlib
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+import tensorflow as tf
+
+from beam_jobs import shard_images
+from beam_jobs.splits import assign_split
+from training import features
+
+IN_PROCESS = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
+FRACTIONS = {"train": 0.8, "validation": 0.1, "test": 0.1}
+
+
+def _json(path):
+    return json.loads(pathlib.Path(path).read_text())
+
+
+def _bytes(path):
+    return pathlib.Path(path).read_bytes()
+
+
+def _text(path):
+    return pathlib.Path(path).read_text()
+
+
+def _read_split(output, split):
+    records = {}
+    for path in sorted(glob.glob(os.path.join(output, f"{split}-*"))):
+        for raw in tf.data.TFRecordDataset(path, compression_type="GZIP"):
+            parsed = tf.io.parse_single_example(raw, features.FEATURE_SPEC)
+            key = parsed[features.IMAGE_ID].numpy().decode()
+            assert key not in records, f"{key} written twice"
+            records[key] = parsed
+    return records
+
+
+def _good_images(root):
+    return {
+        os.path.relpath(p, root): p
+        for p in glob.glob(os.path.join(root, "*", "*"))
+        if not os.path.basename(p).startswith("corrupt_")
+    }
+
+
+def test_every_good_image_once_in_its_split_and_every_bad_one_dead_lettered(
+    sample_with_corrupt, tmp_path
+):
+    root, corrupt = sample_with_corrupt
+    output = str(tmp_path / "shards")
+    assert (
+        shard_images.run(
+            ["--input", root, "--output", output, "--max-error-fraction", "0.2", *IN_PROCESS]
+        )
+        == 0
+    )
+
+    metadata = _json(os.path.join(output, "metadata.json"))
+    assert os.path.exists(os.path.join(output, "_SUCCESS"))
+    label_map = metadata["label_map"]
+    assert label_map == {"circle": 0, "cross": 1, "square": 2, "triangle": 3}
+
+    good = _good_images(root)
+    seen = {}
+    for split in ("train", "validation", "test"):
+        records = _read_split(output, split)
+        assert len(records) == metadata["splits"][split]["num_records"]
+        for key, parsed in records.items():
+            assert assign_split(key, FRACTIONS) == split
+            seen[key] = parsed
+    assert set(seen) == set(good)
+    for key, parsed in seen.items():
+        source = _bytes(good[key])
+        assert parsed[features.IMAGE_ENCODED].numpy() == source  # not resized: byte-identical
+        label = key.split("/")[0]
+        assert parsed[features.LABEL].numpy() == label_map[label]
+        assert parsed[features.LABEL_TEXT].numpy().decode() == label
+        expected_format = "png" if key.endswith(".png") else "jpeg"
+        assert parsed[features.IMAGE_FORMAT].numpy().decode() == expected_format
+
+    errors = [
+        json.loads(line)
+        for path in glob.glob(os.path.join(output, "errors", "*.jsonl"))
+        for line in _text(path).splitlines()
+    ]
+    assert {e["uri"]: e["reason"] for e in errors} == corrupt
+    assert metadata["num_errors"] == len(corrupt)
+    assert metadata["num_inputs"] == len(good) + len(corrupt)
+
+    for split in metadata["splits"].values():
+        for shard in split["shards"]:
+            data = _bytes(os.path.join(output, shard["file"]))
+            assert hashlib.sha256(data).hexdigest() == shard["sha256"]
+            assert len(data) == shard["num_bytes"]
+
+
+def test_resize_reencodes_and_bounds_the_longest_side(sample_images, tmp_path):
+    output = str(tmp_path / "shards")
+    assert (
+        shard_images.run(
+            ["--input", sample_images, "--output", output, "--max-side", "32", *IN_PROCESS]
+        )
+        == 0
+    )
+    records = _read_split(output, "train")
+    assert records
+    for parsed in records.values():
+        height, width = int(parsed[features.IMAGE_HEIGHT]), int(parsed[features.IMAGE_WIDTH])
+        assert max(height, width) == 32
+        decoded = tf.io.decode_image(parsed[features.IMAGE_ENCODED])
+        assert decoded.shape[:2] == (height, width)
+
+
+def test_rerun_with_other_shard_count_replaces_output_cleanly(sample_images, tmp_path):
+    output = tmp_path / "shards"
+    assert (
+        shard_images.run(
+            ["--input", sample_images, "--output", str(output), "--num-shards", "3", *IN_PROCESS]
+        )
+        == 0
+    )
+    first = _json(output / "metadata.json")
+    stale_staging = output / "_staging-deadbeef" / "train-00000-of-00001.tfrecord.gz"
+    stale_staging.parent.mkdir()
+    stale_staging.write_bytes(b"left over by a killed run")
+
+    assert (
+        shard_images.run(
+            ["--input", sample_images, "--output", str(output), "--num-shards", "2", *IN_PROCESS]
+        )
+        == 0
+    )
+    second = _json(output / "metadata.json")
+    names = sorted(p.name for p in output.iterdir())
+    shard_files = [n for n in names if n.endswith(".tfrecord.gz")]
+    assert all("-of-00002" in n for n in shard_files)
+    assert len(shard_files) == 6
+    assert names == sorted([*shard_files, "_SUCCESS", "errors", "metadata.json"])
+    assert first["num_records"] == second["num_records"]
+    for split in ("train", "validation", "test"):
+        assert first["splits"][split]["per_label"] == second["splits"][split]["per_label"]
+
+
+def test_same_input_gives_byte_identical_shards(sample_images, tmp_path):
+    digests = []
+    for name in ("a", "b"):
+        assert (
+            shard_images.run(
+                ["--input", sample_images, "--output", str(tmp_path / name), *IN_PROCESS]
+            )
+            == 0
+        )
+        metadata = _json(tmp_path / name / "metadata.json")
+        digests.append(
+            [s["sha256"] for split in metadata["splits"].values() for s in split["shards"]]
+        )
+    assert digests[0] == digests[1]
+
+
+def test_too_many_errors_fails_without_success_marker(sample_with_corrupt, tmp_path, capsys):
+    root, corrupt = sample_with_corrupt
+    output = tmp_path / "shards"
+    code = shard_images.run(
+        ["--input", root, "--output", str(output), "--max-error-fraction", "0.01", *IN_PROCESS]
+    )
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "--max-error-fraction" in err and "Traceback" not in err
+    assert not (output / "_SUCCESS").exists()
+    metadata = _json(output / "metadata.json")
+    assert metadata["status"].startswith("failed")
+    assert metadata["num_errors"] == len(corrupt)
+
+
+def test_missing_input_is_a_clear_error(tmp_path, capsys):
+    code = shard_images.run(
+        ["--input", str(tmp_path / "nope"), "--output", str(tmp_path / "out"), *IN_PROCESS]
+    )
+    assert code == 2
+    assert "input path does not exist" in capsys.readouterr().err
+
+
+def test_unknown_flag_is_refused(tmp_path, capsys):
+    with pytest.raises(SystemExit) as info:
+        shard_images.run(["--input", "x", "--output", "y", "--max-sid", "3"])
+    assert info.value.code == 2
+    assert "--max-sid" in capsys.readouterr().err
+
+
+def test_manifest_input(sample_images, tmp_path):
+    manifest = tmp_path / "manifest.jsonl"
+    rows = [
+        {
+            "uri": os.path.join(sample_images, key),
+            "label": key.split("/")[0],
+            "split": "validation" if i % 2 else "train",
+        }
+        for i, key in enumerate(sorted(_good_images(sample_images)))
+    ]
+    manifest.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    output = tmp_path / "shards"
+    assert shard_images.run(["--input", str(manifest), "--output", str(output), *IN_PROCESS]) == 0
+    metadata = _json(output / "metadata.json")
+    assert metadata["splits"]["train"]["num_records"] == (len(rows) + 1) // 2
+    assert metadata["splits"]["validation"]["num_records"] == len(rows) // 2
+    assert metadata["splits"]["test"]["num_records"] == 0
+
+
+def test_cli_on_the_default_multiprocess_runner(sample_images, tmp_path):
+    """The documented command, as a user runs it: default runner, both cores."""
+    output = tmp_path / "shards"
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "beam_jobs.shard_images",
+            "--input",
+            sample_images,
+            "--output",
+            str(output),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "sharded 48/48 images" in proc.stdout
+    assert (output / "_SUCCESS").exists()
+    metadata = _json(output / "metadata.json")
+    assert metadata["runner"] == "DirectRunner"
+    assert metadata["params"]["input"] == sample_images
+
+
+def test_help_documents_every_flag():
+    proc = subprocess.run(
+        [sys.executable, "-m", "beam_jobs.shard_images", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0
+    for flag in (
+        "--input",
+        "--output",
+        "--max-side",
+        "--splits",
+        "--target-shard-mb",
+        "--num-shards",
+        "--min-shards",
+        "--compression",
+        "--max-error-fraction",
+        "--max-pixels",
+        "--label-map",
+        "--runner",
+    ):
+        assert flag in proc.stdout
