@@ -34,6 +34,7 @@ demo: install
 	rm -rf $(DEMO_DIR)
 	$(BIN)/python -m beam_jobs.sample_data $(DEMO_DIR)/images --with-corrupt
 	$(BIN)/python -m beam_jobs.shard_images --input $(DEMO_DIR)/images --output $(DEMO_DIR)/shards
+	$(BIN)/python -m training.launch --num-workers 2 --data $(DEMO_DIR)/shards --output $(DEMO_DIR)/run --epochs 8
 
 # Re-pin after changing dependencies in pyproject.toml.
 lock: install

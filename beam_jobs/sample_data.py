@@ -26,11 +26,10 @@ PNG_EVERY = 4  # every 4th image is a PNG, the rest JPEG
 
 
 def _contrasting_colours(rng: random.Random) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
-    while True:
-        background = tuple(rng.randrange(256) for _ in range(3))
-        shape = tuple(rng.randrange(256) for _ in range(3))
-        if sum(abs(a - b) for a, b in zip(background, shape, strict=True)) > 180:
-            return background, shape
+    """A light background and a darker shape, each of random hue."""
+    background = tuple(rng.randrange(120, 256) for _ in range(3))
+    shape = tuple(rng.randrange(0, 100) for _ in range(3))
+    return background, shape
 
 
 def _polygon(cx: float, cy: float, radius: float, angle: float, points: list[tuple[float, float]]):
@@ -52,12 +51,12 @@ def draw_sample(label: str, rng: random.Random, min_size: int, max_size: int) ->
     """One RGB image of `label`'s shape; all randomness comes from `rng`."""
     width, height = rng.randint(min_size, max_size), rng.randint(min_size, max_size)
     background, colour = _contrasting_colours(rng)
-    noise = np.random.default_rng(rng.getrandbits(32)).normal(0, 18, (height, width, 3))
+    noise = np.random.default_rng(rng.getrandbits(32)).normal(0, 10, (height, width, 3))
     pixels = np.clip(np.asarray(background, dtype=np.float32) + noise, 0, 255).astype(np.uint8)
     image = Image.fromarray(pixels, "RGB")
     draw = ImageDraw.Draw(image)
     side = min(width, height)
-    radius = rng.uniform(0.18, 0.38) * side
+    radius = rng.uniform(0.28, 0.45) * side
     cx = rng.uniform(radius, width - radius)
     cy = rng.uniform(radius, height - radius)
     angle = rng.uniform(0, 2 * math.pi)

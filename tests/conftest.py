@@ -37,3 +37,29 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def trainable_shards(tmp_path_factory) -> str:
+    """Shards of 4 classes x 120 images: enough for a model to learn in a few epochs."""
+    from beam_jobs import shard_images
+
+    root = tmp_path_factory.mktemp("trainable")
+    images, shards = root / "images", root / "shards"
+    sample_data.generate(str(images), images_per_class=120, seed=3)
+    code = shard_images.run(
+        [
+            "--input",
+            str(images),
+            "--output",
+            str(shards),
+            "--splits",
+            "train=0.75,validation=0.125,test=0.125",
+            "--min-shards",
+            "2",
+            "--direct_running_mode=in_memory",
+            "--direct_num_workers=1",
+        ]
+    )
+    assert code == 0
+    return str(shards)

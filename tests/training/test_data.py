@@ -1,0 +1,107 @@
+import json
+import shutil
+
+import pytest
+import tensorflow as tf
+
+from training import features
+from training.data import InputOptions, build_dataset, measure_throughput, shard_files
+from training.shards import ShardError, ShardSet
+
+
+def test_training_batches_have_the_right_shapes_dtypes_and_labels(trainable_shards):
+    shard_set = ShardSet.open(trainable_shards)
+    ds = build_dataset(
+        shard_set.files("train"),
+        batch_size=8,
+        training=True,
+        compression_type=shard_set.compression_type,
+        options=InputOptions(image_size=40),
+    )
+    for images, labels in ds.take(5):
+        assert images.shape == (8, 40, 40, 3) and images.dtype == tf.float32
+        assert labels.shape == (8,) and labels.dtype == tf.int32
+        assert float(tf.reduce_min(images)) >= 0.0 and float(tf.reduce_max(images)) <= 1.0
+        assert set(labels.numpy()) <= set(range(shard_set.num_classes))
+
+
+def test_evaluation_reads_every_record_once_across_pipelines(trainable_shards):
+    shard_set = ShardSet.open(trainable_shards)
+    files = shard_set.files("validation")
+    total = 0
+    for pipeline_id in range(3):
+        ds = build_dataset(
+            files,
+            batch_size=7,
+            training=False,
+            compression_type=shard_set.compression_type,
+            options=InputOptions(image_size=32),
+            num_pipelines=3,
+            pipeline_id=pipeline_id,
+        )
+        total += sum(int(labels.shape[0]) for _, labels in ds)
+    assert total == shard_set.num_records("validation")
+
+
+def test_two_workers_see_disjoint_files_covering_all():
+    files = [f"train-{i:05d}-of-00005" for i in range(5)]
+    first, first_by_record = shard_files(files, 2, 0)
+    second, second_by_record = shard_files(files, 2, 1)
+    assert not first_by_record and not second_by_record
+    assert set(first).isdisjoint(second)
+    assert sorted(first + second) == files
+
+
+def test_fewer_files_than_workers_falls_back_to_records(caplog):
+    files = ["only-one"]
+    own, by_record = shard_files(files, 2, 1)
+    assert own == files and by_record
+    assert "DATA" in caplog.text
+
+
+def test_two_worker_training_pipelines_read_disjoint_records(trainable_shards):
+    """Through the real builder: each worker's records come only from its own files."""
+    shard_set = ShardSet.open(trainable_shards)
+    files = shard_set.files("train")
+    assert len(files) == 2
+    seen = []
+    for pipeline_id in range(2):
+        own, _ = shard_files(files, 2, pipeline_id)
+        ids = set()
+        for path in own:
+            for raw in tf.data.TFRecordDataset(path, compression_type="GZIP"):
+                ids.add(features.parse_example(raw)[features.IMAGE_ID].numpy())
+        seen.append(ids)
+    assert seen[0].isdisjoint(seen[1])
+    assert len(seen[0] | seen[1]) == shard_set.num_records("train")
+
+
+def test_throughput_probe_reports_a_rate(trainable_shards):
+    shard_set = ShardSet.open(trainable_shards)
+    ds = build_dataset(
+        shard_set.files("train"), batch_size=16, training=True, options=InputOptions(image_size=32)
+    )
+    assert measure_throughput(ds, batches=3, warmup=1) > 0
+
+
+def test_incomplete_shard_directory_is_refused(trainable_shards, tmp_path):
+    copy = tmp_path / "shards"
+    shutil.copytree(trainable_shards, copy)
+    (copy / "_SUCCESS").unlink()
+    with pytest.raises(ShardError, match="no _SUCCESS"):
+        ShardSet.open(str(copy))
+
+
+def test_schema_mismatch_is_refused(trainable_shards, tmp_path):
+    copy = tmp_path / "shards"
+    shutil.copytree(trainable_shards, copy)
+    metadata = json.loads((copy / "metadata.json").read_text())
+    metadata["schema_version"] = 999
+    (copy / "metadata.json").write_text(json.dumps(metadata))
+    with pytest.raises(ShardError, match="schema_version 999"):
+        ShardSet.open(str(copy))
+
+
+def test_missing_directory_is_refused(tmp_path):
+    with pytest.raises(ShardError, match="does not exist"):
+        ShardSet.open(str(tmp_path / "nope"))

@@ -1,0 +1,183 @@
+"""The training stage for real: 2 worker processes on localhost, kill and resume, export."""
+
+import io
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from beam_jobs import sample_data
+from training import train
+from training.config import ConfigError, TrainConfig
+from training.distribute import ClusterInfo
+from training.export import load_labels
+from training.shards import ShardSet
+
+# Chance is 1/4. Runs of this configuration reach 0.75-0.9 validation accuracy; 0.55 leaves
+# room for the variance of 2-worker scheduling (data order differs run to run) while still
+# failing clearly for a model that learns nothing (about 0.25) or learns one class (<= 0.4).
+MIN_ACCURACY = 0.55
+
+
+def _launch(*args, timeout=900):
+    return subprocess.run(
+        [sys.executable, "-m", "training.launch", "--num-workers", "2", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+
+
+def _held_out_jpegs(per_class=10):
+    images, labels = [], []
+    for label in sample_data.CLASSES:
+        rng = random.Random(f"held-out:{label}")
+        for _ in range(per_class):
+            buffer = io.BytesIO()
+            sample_data.draw_sample(label, rng, 48, 128).save(buffer, format="JPEG")
+            images.append(buffer.getvalue())
+            labels.append(label)
+    return images, labels
+
+
+@pytest.fixture(scope="module")
+def two_worker_run(trainable_shards, tmp_path_factory):
+    output = tmp_path_factory.mktemp("run") / "train"
+    proc = _launch("--data", trainable_shards, "--output", str(output), "--epochs", "10")
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    return output, proc.stdout
+
+
+def test_two_workers_learn_and_stay_in_sync(two_worker_run):
+    output, log = two_worker_run
+    metrics = json.loads((output / "metrics.json").read_text())["epochs"]
+    assert [m["epoch"] for m in metrics] == list(range(1, 11))
+    assert metrics[-1]["val_accuracy"] >= MIN_ACCURACY, metrics[-1]
+    fingerprints = dict(re.findall(r"(worker-\d): final weights fingerprint (\w+)", log))
+    assert set(fingerprints) == {"worker-0", "worker-1"}
+    assert fingerprints["worker-0"] == fingerprints["worker-1"]
+    epoch_lines = [line for line in log.splitlines() if "epoch 10/10" in line]
+    assert len(epoch_lines) == 2  # one readable line per epoch from each worker
+    assert (output / "tensorboard").is_dir() and os.listdir(output / "tensorboard")
+
+
+def test_non_chief_temporary_files_are_cleaned_up(two_worker_run):
+    output, _ = two_worker_run
+    assert sorted(os.listdir(output)) == ["checkpoints", "metrics.json", "model", "tensorboard"]
+
+
+def test_exported_model_classifies_raw_jpeg_bytes(two_worker_run):
+    output, _ = two_worker_run
+    model = tf.saved_model.load(str(output / "model"))
+    serve = model.signatures["serving_default"]
+    images, labels = _held_out_jpegs()
+    result = serve(images=tf.constant(images))
+    names = [n.decode() for n in result["class_name"].numpy()]
+    accuracy = np.mean([n == label for n, label in zip(names, labels, strict=True)])
+    assert accuracy >= MIN_ACCURACY, accuracy
+    probabilities = result["probabilities"].numpy()
+    assert probabilities.shape == (len(images), 4)
+    np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-5)
+    assert load_labels(str(output / "model")) == list(sample_data.CLASSES)
+    png = io.BytesIO()
+    sample_data.draw_sample("cross", random.Random(1), 60, 60).save(png, format="PNG")
+    assert serve(images=tf.constant([png.getvalue()]))["class_name"].shape == (1,)
+
+
+def test_killed_worker_then_rerun_resumes_from_checkpoint(trainable_shards, tmp_path):
+    output = tmp_path / "train"
+    args = [
+        "--data",
+        trainable_shards,
+        "--output",
+        str(output),
+        "--epochs",
+        "6",
+        "--checkpoint-every",
+        "3",
+    ]
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "training.launch", "--num-workers", "2", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )
+    pids, lines = {}, []
+    deadline = time.monotonic() + 600
+    killed_at = None
+    for line in launcher.stdout:
+        lines.append(line)
+        if match := re.match(r"\[launch\] worker (\d) pid (\d+)", line):
+            pids[int(match.group(1))] = int(match.group(2))
+        steps = (
+            [
+                int(m)
+                for m in re.findall(
+                    r"ckpt-(\d+)\.index", " ".join(os.listdir(output / "checkpoints"))
+                )
+            ]
+            if (output / "checkpoints").is_dir()
+            else []
+        )
+        if steps and max(steps) >= 9 and killed_at is None:
+            killed_at = max(steps)
+            os.kill(pids[1], signal.SIGKILL)
+        assert time.monotonic() < deadline, "".join(lines[-50:])
+    assert launcher.wait(timeout=120) != 0
+    assert killed_at is not None, "".join(lines[-50:])
+    assert not (output / "model").exists()
+
+    proc = _launch(*args)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    metrics = json.loads((output / "metrics.json").read_text())
+    steps_per_epoch = metrics["epochs"][0]["step"]
+    assert metrics["resumed_from_step"] >= killed_at > 0
+    assert metrics["epochs"][-1]["step"] == 6 * steps_per_epoch
+    assert re.search(r"worker-0: resumed from step \d+", proc.stdout)
+    assert (output / "model" / "saved_model.pb").exists()
+
+
+def test_batch_not_divisible_by_replicas_is_a_clear_error(trainable_shards, tmp_path):
+    config = TrainConfig(data=trainable_shards, output=str(tmp_path), global_batch_size=33)
+    with pytest.raises(ConfigError, match="not divisible by the 2 replicas"):
+        train.Trainer(
+            config,
+            ClusterInfo("worker", 0, 2),
+            SimpleNamespace(num_replicas_in_sync=2),
+            ShardSet.open(trainable_shards),
+        )
+
+
+def test_unusable_shards_exit_2_without_traceback(tmp_path, capsys):
+    assert train.main(["--data", str(tmp_path / "missing"), "--output", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "shard directory does not exist" in err and "Traceback" not in err
+
+
+def test_unknown_architecture_is_refused(trainable_shards, tmp_path, capsys):
+    with pytest.raises(SystemExit) as info:
+        train.main(
+            ["--data", trainable_shards, "--output", str(tmp_path), "--architecture", "vgg_huge"]
+        )
+    assert info.value.code == 2
+    assert "vgg_huge" in capsys.readouterr().err
+
+
+def test_launcher_reports_a_failing_worker(tmp_path):
+    proc = _launch(
+        "--data", str(tmp_path / "missing"), "--output", str(tmp_path / "o"), timeout=300
+    )
+    assert proc.returncode == 2
+    assert "failed (exit code 2)" in proc.stderr
+    assert "shard directory does not exist" in proc.stderr

@@ -1,0 +1,83 @@
+"""Which process am I, and which distribution strategy fits the environment.
+
+Reads the standard `TF_CONFIG` (set by our local launcher, Kubernetes
+manifests, Vertex AI, or Kubeflow's TFJob). The chief is the task of type
+"chief" where the cluster has one (Vertex AI names its first replica so),
+otherwise worker 0.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass
+
+import tensorflow as tf
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    task_type: str
+    task_index: int
+    num_workers: int  # chief + workers: the processes that train
+    has_chief: bool = False
+
+    @property
+    def is_chief(self) -> bool:
+        if self.has_chief:
+            return self.task_type == "chief"
+        return self.task_type == "worker" and self.task_index == 0
+
+    @property
+    def multi_worker(self) -> bool:
+        return self.num_workers > 1
+
+    @property
+    def name(self) -> str:
+        return f"{self.task_type}-{self.task_index}"
+
+
+def cluster_from_env(environ: dict | None = None) -> ClusterInfo:
+    raw = (environ if environ is not None else os.environ).get("TF_CONFIG", "")
+    if not raw:
+        return ClusterInfo("worker", 0, 1)
+    try:
+        config = json.loads(raw)
+        cluster = config.get("cluster", {})
+        task = config.get("task", {})
+        task_type, task_index = task["type"], int(task["index"])
+    except (ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"TF_CONFIG is not valid: {err}") from None
+    num_workers = len(cluster.get("chief", [])) + len(cluster.get("worker", []))
+    return ClusterInfo(
+        task_type, task_index, max(1, num_workers), has_chief=bool(cluster.get("chief"))
+    )
+
+
+def make_strategy(cluster: ClusterInfo) -> tf.distribute.Strategy:
+    """MultiWorkerMirrored for a cluster, Mirrored over several local GPUs, else default.
+
+    Must run before any other TensorFlow op: MultiWorkerMirroredStrategy
+    configures the runtime's collectives at construction.
+    """
+    if cluster.multi_worker:
+        communication = tf.distribute.experimental.CommunicationImplementation.AUTO
+        strategy = tf.distribute.MultiWorkerMirroredStrategy(
+            communication_options=tf.distribute.experimental.CommunicationOptions(
+                implementation=communication
+            )
+        )
+    elif len(tf.config.list_physical_devices("GPU")) > 1:
+        strategy = tf.distribute.MirroredStrategy()
+    else:
+        strategy = tf.distribute.get_strategy()
+    log.info(
+        "%s: %s with %d replica(s) in sync",
+        cluster.name,
+        type(strategy).__name__,
+        strategy.num_replicas_in_sync,
+    )
+    return strategy

@@ -1,0 +1,158 @@
+"""Run N training workers as local processes, as a cluster scheduler would.
+
+    python -m training.launch --num-workers 2 --data SHARDS --output RUN_DIR [train flags]
+
+Each worker is `python -m training.train` with its own `TF_CONFIG` on a free
+localhost port. Their output is streamed with a `[worker i]` prefix. When one
+worker fails, the others are stopped (they would otherwise wait forever in a
+collective) and the launcher exits with the failing worker's code and its last
+lines of output. Rerunning the same command resumes from the last checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+
+TAIL_LINES = 40
+STOP_GRACE_SECONDS = 10.0
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports the OS reports free now (held open together so they are distinct)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket()
+            sock.bind(("localhost", 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def tf_config(ports: list[int], index: int) -> str:
+    cluster = {"worker": [f"localhost:{port}" for port in ports]}
+    return json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
+
+
+@dataclass
+class Worker:
+    index: int
+    process: subprocess.Popen
+    tail: collections.deque = field(default_factory=lambda: collections.deque(maxlen=TAIL_LINES))
+    reader: threading.Thread | None = None
+
+
+def _stream(worker: Worker, sink, lock: threading.Lock) -> None:
+    for line in worker.process.stdout:
+        worker.tail.append(line.rstrip("\n"))
+        with lock:
+            sink.write(f"[worker {worker.index}] {line}")
+            sink.flush()
+
+
+def _stop(workers: list[Worker]) -> None:
+    for worker in workers:
+        if worker.process.poll() is None:
+            worker.process.terminate()
+    deadline = time.monotonic() + STOP_GRACE_SECONDS
+    for worker in workers:
+        remaining = max(0.0, deadline - time.monotonic())
+        try:
+            worker.process.wait(timeout=remaining)
+        except subprocess.TimeoutExpired:
+            worker.process.kill()
+            worker.process.wait()
+
+
+def launch(
+    num_workers: int, train_args: list[str], *, python: str = sys.executable, sink=sys.stdout
+) -> int:
+    ports = free_ports(num_workers)
+    lock = threading.Lock()
+    workers: list[Worker] = []
+    for index in range(num_workers):
+        env = {**os.environ, "TF_CONFIG": tf_config(ports, index), "PYTHONUNBUFFERED": "1"}
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        process = subprocess.Popen(
+            [python, "-m", "training.train", *train_args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+        )
+        worker = Worker(index, process)
+        worker.reader = threading.Thread(target=_stream, args=(worker, sink, lock), daemon=True)
+        worker.reader.start()
+        workers.append(worker)
+        with lock:
+            sink.write(f"[launch] worker {index} pid {process.pid} port {ports[index]}\n")
+            sink.flush()
+
+    def on_signal(signum, _frame):
+        _stop(workers)
+        sys.exit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, on_signal)
+    try:
+        while True:
+            codes = [w.process.poll() for w in workers]
+            failed = [w for w, code in zip(workers, codes, strict=True) if code not in (None, 0)]
+            if failed:
+                first = failed[0]
+                _stop(workers)
+                for w in workers:
+                    w.reader.join(timeout=5)
+                code = first.process.returncode
+                reason = f"signal {-code}" if code < 0 else f"exit code {code}"
+                print(
+                    f"[launch] worker {first.index} failed ({reason}); stopped the others. "
+                    f"Its last output:\n" + "\n".join(f"  {line}" for line in first.tail),
+                    file=sys.stderr,
+                )
+                return code if code > 0 else 1
+            if all(code == 0 for code in codes):
+                for w in workers:
+                    w.reader.join(timeout=5)
+                with lock:
+                    sink.write(f"[launch] all {num_workers} workers finished\n")
+                return 0
+            time.sleep(0.2)
+    except KeyboardInterrupt:
+        _stop(workers)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m training.launch",
+        description="Start N local training workers (python -m training.train) with TF_CONFIG. "
+        "All other flags are passed to training.train; see python -m training.train --help.",
+        allow_abbrev=False,
+    )
+    parser.add_argument(
+        "--num-workers", type=int, default=2, help="Number of worker processes (default 2)."
+    )
+    args, train_args = parser.parse_known_args(argv)
+    if args.num_workers < 1:
+        parser.error("--num-workers must be >= 1")
+    if not train_args:
+        parser.error("no training flags given (at least --data and --output)")
+    return launch(args.num_workers, train_args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""Opening a shard directory written by the sharding job, with clear refusals.
+
+The trainer trusts an output only when its `_SUCCESS` marker exists, its
+`metadata.json` has the schema version this code reads, and every shard listed
+there exists. Uses `tf.io.gfile`, which reads local paths and `gs://`.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from dataclasses import dataclass
+
+import tensorflow as tf
+
+from training import features
+
+SUCCESS = "_SUCCESS"
+METADATA = "metadata.json"
+
+
+class ShardError(ValueError):
+    """The shard directory cannot be trained on; the message says why and where."""
+
+
+@dataclass(frozen=True)
+class ShardSet:
+    directory: str
+    metadata: dict
+
+    @classmethod
+    def open(cls, directory: str) -> ShardSet:
+        directory = directory.rstrip("/")
+        if not tf.io.gfile.exists(directory):
+            raise ShardError(f"shard directory does not exist: {directory}")
+        if not tf.io.gfile.exists(posixpath.join(directory, SUCCESS)):
+            raise ShardError(
+                f"{directory} has no {SUCCESS} marker: the sharding job did not finish there "
+                "(still running, failed or killed); rerun it"
+            )
+        try:
+            with tf.io.gfile.GFile(posixpath.join(directory, METADATA), "r") as handle:
+                metadata = json.load(handle)
+        except (tf.errors.NotFoundError, json.JSONDecodeError) as err:
+            raise ShardError(f"cannot read {directory}/{METADATA}: {err}") from None
+        version = metadata.get("schema_version")
+        if version != features.SCHEMA_VERSION:
+            raise ShardError(
+                f"{directory}/{METADATA} has schema_version {version!r}; this trainer reads "
+                f"version {features.SCHEMA_VERSION}: reshard with the matching beam_jobs"
+            )
+        shard_set = cls(directory, metadata)
+        missing = [
+            path
+            for split in metadata.get("splits", {})
+            for path in shard_set.files(split)
+            if not tf.io.gfile.exists(path)
+        ]
+        if missing:
+            raise ShardError(f"shards listed in {METADATA} are missing: {', '.join(missing[:5])}")
+        return shard_set
+
+    @property
+    def label_names(self) -> list[str]:
+        """Name of each class id; "" for ids a custom label map leaves unused."""
+        names = [""] * self.num_classes
+        for name, label_id in self.metadata["label_map"].items():
+            names[label_id] = name
+        return names
+
+    @property
+    def num_classes(self) -> int:
+        return max(self.metadata["label_map"].values()) + 1
+
+    @property
+    def compression_type(self) -> str:
+        return {"gzip": "GZIP", "none": ""}[self.metadata.get("compression", "gzip")]
+
+    def files(self, split: str) -> list[str]:
+        shards = self.metadata["splits"].get(split, {}).get("shards", [])
+        return [posixpath.join(self.directory, shard["file"]) for shard in shards]
+
+    def num_records(self, split: str) -> int:
+        return int(self.metadata["splits"].get(split, {}).get("num_records", 0))

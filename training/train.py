@@ -1,0 +1,430 @@
+"""Train an image classifier on the shards, on one or many workers, and export it.
+
+    python -m training.train --data SHARDS --output RUN_DIR [flags]
+
+One process per worker; the cluster comes from `TF_CONFIG` (see
+`training.launch` for N local processes). Keras 3 `model.fit` does not work
+under MultiWorkerMirroredStrategy (keras-team/keras#20585), so this is a custom
+loop: `strategy.run` per step, losses averaged over the global batch.
+
+Fault tolerance: every worker saves a checkpoint every `--checkpoint-every`
+steps and at each epoch end (the chief into RUN_DIR/checkpoints, the others
+into temporary folders they delete). Started again with the same arguments
+after a crash, training restores the chief's latest checkpoint and runs to the
+same total number of steps as an uninterrupted run.
+
+Exit codes: 0 done, 2 bad parameters or unusable shards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import posixpath
+import sys
+import time
+from dataclasses import dataclass
+
+import keras
+import tensorflow as tf
+
+from training import config as train_config
+from training.config import ConfigError, TrainConfig
+from training.data import InputOptions, build_dataset
+from training.distribute import ClusterInfo, cluster_from_env, make_strategy
+from training.export import export_serving_model
+from training.model import build_model
+from training.shards import ShardError, ShardSet
+
+log = logging.getLogger("training.train")
+
+CHECKPOINTS = "checkpoints"
+TENSORBOARD = "tensorboard"
+METRICS = "metrics.json"
+MODEL = "model"
+WORKER_TMP = "_worker_tmp"
+
+
+@dataclass
+class EpochMetrics:
+    epoch: int
+    step: int
+    train_loss: float
+    train_accuracy: float
+    val_loss: float | None
+    val_accuracy: float | None
+    images_per_second: float
+    seconds: float
+
+    def line(self, epochs: int, total_steps: int) -> str:
+        val = (
+            f"val_loss {self.val_loss:.4f} val_acc {self.val_accuracy:.4f}"
+            if self.val_loss is not None
+            else "no validation split"
+        )
+        return (
+            f"epoch {self.epoch}/{epochs} step {self.step}/{total_steps} "
+            f"train_loss {self.train_loss:.4f} train_acc {self.train_accuracy:.4f} {val} "
+            f"images/s {self.images_per_second:.1f} ({self.seconds:.1f}s)"
+        )
+
+
+def write_dir(cluster: ClusterInfo, output: str, name: str) -> str:
+    """Where this worker writes `name`: the real place on the chief, a private
+    temporary folder elsewhere (every worker must save: saving runs collectives)."""
+    if cluster.is_chief:
+        return posixpath.join(output, name)
+    return posixpath.join(output, WORKER_TMP, cluster.name, name)
+
+
+class Trainer:
+    def __init__(
+        self,
+        config: TrainConfig,
+        cluster: ClusterInfo,
+        strategy: tf.distribute.Strategy,
+        shard_set: ShardSet,
+    ):
+        self.config = config
+        self.cluster = cluster
+        self.strategy = strategy
+        self.shards = shard_set
+        replicas = strategy.num_replicas_in_sync
+        if config.global_batch_size % replicas:
+            raise ConfigError(
+                f"--global-batch-size {config.global_batch_size} is not divisible by the "
+                f"{replicas} replicas in sync"
+            )
+        train_records = shard_set.num_records("train")
+        if train_records < config.global_batch_size:
+            raise ShardError(
+                f"the train split has {train_records} records, fewer than one global batch "
+                f"({config.global_batch_size})"
+            )
+        self.steps_per_epoch = config.steps_per_epoch or train_records // config.global_batch_size
+        self.total_steps = self.steps_per_epoch * config.epochs
+        self.per_replica_batch = config.global_batch_size // replicas
+        self.input_options = InputOptions(
+            image_size=config.image_size,
+            shuffle_buffer=config.shuffle_buffer,
+            cache=config.cache,
+            augment=config.augment,
+            seed=config.seed,
+        )
+        self.resumed_from_step = 0
+
+    # ---- data -----------------------------------------------------------------------
+    def _distributed(self, split: str, training: bool):
+        files = self.shards.files(split)
+
+        def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
+            return build_dataset(
+                files,
+                batch_size=context.get_per_replica_batch_size(self.config.global_batch_size),
+                training=training,
+                compression_type=self.shards.compression_type,
+                options=self.input_options,
+                num_pipelines=context.num_input_pipelines,
+                pipeline_id=context.input_pipeline_id,
+            )
+
+        return self.strategy.distribute_datasets_from_function(dataset_fn)
+
+    # ---- model and steps ---------------------------------------------------------------
+    def build(self) -> None:
+        keras.utils.set_random_seed(self.config.seed)
+        if self.config.mixed_precision:
+            if tf.config.list_physical_devices("GPU"):
+                keras.mixed_precision.set_global_policy("mixed_float16")
+            else:
+                log.warning("--mixed-precision ignored: no GPU (float16 on CPU is slower)")
+        with self.strategy.scope():
+            self.model = build_model(
+                self.config.architecture, self.config.image_size, self.shards.num_classes
+            )
+            # Cosine decay to zero over the run: a stable end point to evaluate and export.
+            schedule = keras.optimizers.schedules.CosineDecay(
+                self.config.learning_rate, decay_steps=self.total_steps
+            )
+            optimizer = keras.optimizers.Adam(schedule)
+            if keras.mixed_precision.global_policy().name == "mixed_float16":
+                optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+            self.optimizer = optimizer
+            self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+        self.checkpoint = tf.train.Checkpoint(
+            model=self.model, optimizer=self.optimizer, step=self.step
+        )
+        self.checkpoints = tf.train.CheckpointManager(
+            self.checkpoint,
+            write_dir(self.cluster, self.config.output, CHECKPOINTS),
+            max_to_keep=3,
+        )
+        self.loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
+
+    def _train_step_fn(self):
+        strategy, model, optimizer = self.strategy, self.model, self.optimizer
+        global_batch = self.config.global_batch_size
+        scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
+
+        def replica_step(images, labels):
+            with tf.GradientTape() as tape:
+                logits = model(images, training=True)
+                per_example = self.loss_fn(labels, logits)
+                loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
+                if model.losses:
+                    loss += tf.nn.scale_regularization_loss(tf.add_n(model.losses))
+                loss_for_grads = optimizer.scale_loss(loss) if scaled else loss
+            grads = tape.gradient(loss_for_grads, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+            correct = tf.reduce_sum(
+                tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels), tf.float32)
+            )
+            return loss, correct
+
+        @tf.function
+        def train_step(iterator):
+            loss, correct = strategy.run(replica_step, args=next(iterator))
+            self.step.assign_add(1)
+            return (
+                strategy.reduce(tf.distribute.ReduceOp.SUM, loss, axis=None),
+                strategy.reduce(tf.distribute.ReduceOp.SUM, correct, axis=None),
+            )
+
+        return train_step
+
+    def _eval_step_fn(self):
+        strategy, model = self.strategy, self.model
+
+        def replica_eval(images, labels):
+            logits = model(images, training=False)
+            loss_sum = tf.reduce_sum(self.loss_fn(labels, logits))
+            correct = tf.reduce_sum(
+                tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels), tf.float32)
+            )
+            count = tf.cast(tf.shape(labels)[0], tf.float32)
+            return tf.stack([loss_sum, correct, count])
+
+        @tf.function
+        def eval_step(batch):
+            stats = strategy.run(replica_eval, args=batch)
+            return strategy.reduce(tf.distribute.ReduceOp.SUM, stats, axis=None)
+
+        return eval_step
+
+    def evaluate(self, split: str = "validation") -> tuple[float, float] | None:
+        """Loss and accuracy over the whole split (every record once, across workers)."""
+        if not self.shards.files(split) or not self.shards.num_records(split):
+            return None
+        eval_step = self._eval_step_fn()
+        totals = tf.zeros([3])
+        for batch in self._distributed(split, training=False):
+            totals += eval_step(batch)
+        loss_sum, correct, count = (float(v) for v in totals.numpy())
+        return loss_sum / count, correct / count
+
+    # ---- the loop --------------------------------------------------------------------
+    def restore(self) -> None:
+        chief_dir = posixpath.join(self.config.output, CHECKPOINTS)
+        latest = tf.train.latest_checkpoint(chief_dir)
+        if latest:
+            self.checkpoint.restore(latest).assert_existing_objects_matched()
+            self.resumed_from_step = int(self.step.numpy())
+            log.info(
+                "%s: resumed from step %d (%s)", self.cluster.name, self.resumed_from_step, latest
+            )
+
+    def save_checkpoint(self) -> None:
+        self.checkpoints.save(checkpoint_number=int(self.step.numpy()))
+
+    def run(self) -> list[dict]:
+        self.build()
+        self.restore()
+        history = self._load_history()
+        writer = (
+            tf.summary.create_file_writer(posixpath.join(self.config.output, TENSORBOARD))
+            if self.cluster.is_chief
+            else tf.summary.create_noop_writer()
+        )
+        train_step = self._train_step_fn()
+        iterator = iter(self._distributed("train", training=True))
+        step = int(self.step.numpy())
+        if step >= self.total_steps:
+            log.info("%s: already trained %d/%d steps", self.cluster.name, step, self.total_steps)
+        while step < self.total_steps:
+            epoch = step // self.steps_per_epoch + 1
+            epoch_end = epoch * self.steps_per_epoch
+            started, steps_done = time.perf_counter(), 0
+            loss_sum = correct_sum = 0.0
+            while step < epoch_end:
+                loss, correct = train_step(iterator)
+                step += 1
+                steps_done += 1
+                loss_sum += float(loss)
+                correct_sum += float(correct)
+                if step % self.config.checkpoint_every == 0 and step < epoch_end:
+                    self.save_checkpoint()
+            seconds = time.perf_counter() - started
+            evaluation = self.evaluate()
+            metrics = EpochMetrics(
+                epoch=epoch,
+                step=step,
+                train_loss=loss_sum / steps_done,
+                train_accuracy=correct_sum / (steps_done * self.config.global_batch_size),
+                val_loss=evaluation[0] if evaluation else None,
+                val_accuracy=evaluation[1] if evaluation else None,
+                images_per_second=steps_done * self.config.global_batch_size / seconds,
+                seconds=seconds,
+            )
+            self.save_checkpoint()
+            log.info(
+                "%s: %s", self.cluster.name, metrics.line(self.config.epochs, self.total_steps)
+            )
+            history = [h for h in history if h["epoch"] < epoch] + [vars(metrics)]
+            if self.cluster.is_chief:
+                self._write_history(history)
+            with writer.as_default(step=step):
+                for key, value in vars(metrics).items():
+                    if key not in ("epoch", "step") and value is not None:
+                        tf.summary.scalar(key, value)
+                writer.flush()
+        return history
+
+    def _load_history(self) -> list[dict]:
+        path = posixpath.join(self.config.output, METRICS)
+        if self.resumed_from_step and tf.io.gfile.exists(path):
+            with tf.io.gfile.GFile(path) as handle:
+                return json.load(handle)["epochs"]
+        return []
+
+    def _write_history(self, history: list[dict]) -> None:
+        tf.io.gfile.makedirs(self.config.output)
+        path = posixpath.join(self.config.output, METRICS)
+        with tf.io.gfile.GFile(path + ".tmp", "w") as handle:
+            json.dump(
+                {"epochs": history, "resumed_from_step": self.resumed_from_step}, handle, indent=2
+            )
+        tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+
+    def export(self, history: list[dict]) -> str | None:
+        """Every worker exports (reads may run collectives); only the chief's copy stays."""
+        # A plain (non-distributed) copy: the SavedModel must not depend on the strategy.
+        weights = self.model.get_weights()
+        policy = keras.mixed_precision.global_policy()
+        keras.mixed_precision.set_global_policy("float32")
+        try:
+            serving_model = build_model(
+                self.config.architecture, self.config.image_size, self.shards.num_classes
+            )
+        finally:
+            keras.mixed_precision.set_global_policy(policy)
+        serving_model.set_weights(weights)
+        metadata = {
+            "config": self.config.to_json(),
+            "label_map": self.shards.metadata["label_map"],
+            "shards": {
+                "directory": self.shards.directory,
+                "num_records": {
+                    s: self.shards.num_records(s) for s in ("train", "validation", "test")
+                },
+            },
+            "total_steps": self.total_steps,
+            "num_workers": self.cluster.num_workers,
+            "final_metrics": history[-1] if history else None,
+            "tensorflow_version": tf.__version__,
+            "keras_version": keras.__version__,
+        }
+        path = write_dir(self.cluster, self.config.output, MODEL)
+        export_serving_model(
+            serving_model,
+            path,
+            label_names=self.shards.label_names,
+            image_size=self.config.image_size,
+            metadata=metadata,
+        )
+        if not self.cluster.is_chief:
+            self.cleanup_worker_tmp()
+            return None
+        return path
+
+    def cleanup_worker_tmp(self) -> None:
+        parent = posixpath.join(self.config.output, WORKER_TMP)
+        own = posixpath.join(parent, self.cluster.name)
+        if tf.io.gfile.exists(own):
+            tf.io.gfile.rmtree(own)
+        try:  # the last worker out removes the shared parent; others find it non-empty
+            if not tf.io.gfile.listdir(parent):
+                tf.io.gfile.rmtree(parent)
+        except (tf.errors.OpError, OSError):
+            pass
+
+    def weights_fingerprint(self) -> str:
+        """sha256 over all weights: equal on every worker when replicas stayed in sync."""
+        digest = hashlib.sha256()
+        for weight in self.model.get_weights():
+            digest.update(weight.tobytes())
+        return digest.hexdigest()[:16]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m training.train",
+        description="Train on TFRecord shards (one process per worker; cluster from TF_CONFIG) "
+        "and export a SavedModel that serves raw image bytes.",
+        allow_abbrev=False,
+    )
+    train_config.add_arguments(parser)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        config = train_config.config_from_args(args)
+        cluster = cluster_from_env()
+    except (ConfigError, ValueError) as err:
+        parser.error(str(err))
+    # The strategy first: MultiWorkerMirroredStrategy must exist before other TF ops.
+    strategy = make_strategy(cluster)
+    try:
+        shard_set = ShardSet.open(config.data)
+        trainer = Trainer(config, cluster, strategy, shard_set)
+    except (ShardError, ConfigError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    log.info(
+        "%s: %d steps (%d epochs x %d), global batch %d, %s, %d classes",
+        cluster.name,
+        trainer.total_steps,
+        config.epochs,
+        trainer.steps_per_epoch,
+        config.global_batch_size,
+        config.architecture,
+        shard_set.num_classes,
+    )
+    history = trainer.run()
+    log.info("%s: final weights fingerprint %s", cluster.name, trainer.weights_fingerprint())
+    path = trainer.export(history)
+    if path:
+        final = history[-1] if history else {}
+        print(
+            json.dumps(
+                {"model": path, "metrics": final, "resumed_from_step": trainer.resumed_from_step}
+            )
+        )
+    return 0
+
+
+def configure_logging() -> None:
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    for noisy in ("absl", "tensorflow"):  # per-collective INFO lines drown the epoch lines
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+if __name__ == "__main__":
+    configure_logging()
+    sys.exit(main())
