@@ -90,8 +90,10 @@ def pipeline_options(beam_args: list[str]) -> PipelineOptions:
     if unknown:
         raise ConfigError(f"unknown flag(s): {' '.join(unknown)} (see --help)")
     args = list(beam_args)
-    if not any(a == "--runner" or a.startswith("--runner=") for a in args):
+    runner = PipelineOptions(args).view_as(StandardOptions).runner
+    if runner is None:
         args.append("--runner=DirectRunner")
+    if runner in (None, "DirectRunner"):
         if not any(a.startswith("--direct_num_workers") for a in args):
             args.append(f"--direct_num_workers={os.cpu_count() or 1}")
         if not any(a.startswith("--direct_running_mode") for a in args):

@@ -52,3 +52,34 @@ def tf_compression_type(compression: str) -> str:
 
 def shard_name(split: str, index: int, count: int, suffix: str) -> str:
     return f"{split}-{index:05d}-of-{count:05d}{suffix}"
+
+
+class CorruptShardError(ValueError):
+    """A shard whose framing or CRCs do not check out."""
+
+
+def iter_records(data: bytes, compression: str):
+    """Records of one shard file's bytes, verifying every length and data CRC."""
+    if compression == "gzip":
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError) as err:
+            raise CorruptShardError(f"gzip stream is damaged: {err}") from None
+    offset, index = 0, 0
+    while offset < len(data):
+        if offset + 12 > len(data):
+            raise CorruptShardError(f"record {index}: truncated header at byte {offset}")
+        length_bytes = data[offset : offset + 8]
+        (length,) = struct.unpack("<Q", length_bytes)
+        (length_crc,) = struct.unpack("<I", data[offset + 8 : offset + 12])
+        if length_crc != _masked_crc32c(length_bytes):
+            raise CorruptShardError(f"record {index}: length CRC mismatch at byte {offset}")
+        start, end = offset + 12, offset + 12 + length
+        if end + 4 > len(data):
+            raise CorruptShardError(f"record {index}: truncated data at byte {offset}")
+        record = data[start:end]
+        (data_crc,) = struct.unpack("<I", data[end : end + 4])
+        if data_crc != _masked_crc32c(record):
+            raise CorruptShardError(f"record {index}: data CRC mismatch at byte {offset}")
+        yield record
+        offset, index = end + 4, index + 1

@@ -1,0 +1,283 @@
+"""image_model_pipeline: raw images -> TFRecord shards -> multi-worker training -> gated publish.
+
+shard_images -> validate_shards -> train -> evaluate -> export
+
+Wiring only: each task calls a library function in beam_jobs/ or training/.
+Nothing heavy (TensorFlow, Beam) is imported at parse time. Every run writes
+under <output_root>/runs/<run_id>/, so clearing one task reruns just that
+stage against its upstream outputs.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import sys
+
+from airflow.providers.apache.beam.operators.beam import BeamRunPythonPipelineOperator
+from airflow.sdk import Asset, Param, dag, get_current_context, task
+from airflow.sdk.exceptions import AirflowFailException
+
+from beam_jobs.pipeline_options import shard_job_options
+from training.runs import RunPaths
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCHEDULE = os.environ.get("IMAGEPIPE_SCHEDULE", "@daily") or None
+DEFAULT_INPUT = os.environ.get("IMAGEPIPE_INPUT", os.path.join(REPO, "demo-output", "images"))
+DEFAULT_OUTPUT_ROOT = os.environ.get(
+    "IMAGEPIPE_OUTPUT_ROOT", os.path.join(REPO, "demo-output", "pipeline")
+)
+DEFAULT_MODEL_ROOT = os.environ.get(
+    "IMAGEPIPE_MODEL_ROOT", os.path.join(REPO, "demo-output", "models")
+)
+TRAINER_IMAGE = os.environ.get("IMAGEPIPE_TRAINER_IMAGE", "imagepipe-trainer:latest")
+
+SHARDS = Asset(name="imagepipe_shards", uri="imagepipe://image_model_pipeline/shards")
+MODEL = Asset(name="imagepipe_model", uri="imagepipe://image_model_pipeline/model")
+
+PARAMS = {
+    "input_uri": Param(
+        DEFAULT_INPUT,
+        type="string",
+        minLength=1,
+        description="Raw images: a <label>/<file> folder or a .csv/.jsonl "
+        "manifest, local path or gs://.",
+    ),
+    "output_root": Param(
+        DEFAULT_OUTPUT_ROOT,
+        type="string",
+        minLength=1,
+        description="Each run writes under <output_root>/runs/<run_id>/.",
+    ),
+    "model_root": Param(
+        DEFAULT_MODEL_ROOT,
+        type="string",
+        minLength=1,
+        description="Published models: <model_root>/<model_name>/<version>/.",
+    ),
+    "model_name": Param(
+        "shapes",
+        type="string",
+        pattern="^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$",
+        description="Name the model is published under.",
+    ),
+    "architecture": Param(
+        "small_cnn",
+        type="string",
+        enum=["small_cnn", "mobilenet_v3_small", "resnet50"],
+        description="Model architecture (trained from scratch).",
+    ),
+    "image_size": Param(
+        64,
+        type="integer",
+        minimum=16,
+        maximum=512,
+        description="Square model input size in pixels.",
+    ),
+    "max_side": Param(
+        0,
+        type="integer",
+        minimum=0,
+        maximum=8192,
+        description="Shrink stored images to this longest side; 0 keeps them.",
+    ),
+    "epochs": Param(8, type="integer", minimum=1, maximum=1000, description="Training epochs."),
+    "global_batch_size": Param(
+        32,
+        type="integer",
+        minimum=1,
+        maximum=65536,
+        description="Batch size over all workers (divisible by them).",
+    ),
+    "num_workers": Param(
+        2,
+        type="integer",
+        minimum=1,
+        maximum=64,
+        description="Training workers (MultiWorkerMirroredStrategy).",
+    ),
+    "learning_rate": Param(
+        0.002,
+        type="number",
+        exclusiveMinimum=0,
+        maximum=1,
+        description="Peak learning rate (cosine decay).",
+    ),
+    "max_error_fraction": Param(
+        0.05,
+        type="number",
+        minimum=0,
+        maximum=1,
+        description="Fail sharding above this fraction of bad images.",
+    ),
+    "accuracy_gate": Param(
+        0.6,
+        type="number",
+        minimum=0,
+        maximum=1,
+        description="Publish only if held-out accuracy is at least this.",
+    ),
+    "beam_runner": Param(
+        "DirectRunner",
+        type="string",
+        enum=["DirectRunner", "DataflowRunner", "FlinkRunner", "SparkRunner"],
+        description="Beam runner for the sharding job.",
+    ),
+    "beam_options": Param(
+        {},
+        type="object",
+        description='Extra Beam pipeline options, e.g. {"project": "p", '
+        '"region": "europe-west1", "temp_location": "gs://b/tmp"}.',
+    ),
+    "training_launcher": Param(
+        "local",
+        type="string",
+        enum=["local", "kubernetes"],
+        description="local: N processes here; kubernetes: N pods.",
+    ),
+}
+
+
+def _paths(params, run_id) -> RunPaths:
+    return RunPaths.for_run(params["output_root"], run_id)
+
+
+def _shard_options(params, run_id) -> dict:
+    return shard_job_options(params, _paths(params, run_id).shards)
+
+
+@dag(
+    dag_id="image_model_pipeline",
+    schedule=SCHEDULE,
+    start_date=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
+    catchup=False,
+    max_active_runs=1,
+    params=PARAMS,
+    render_template_as_native_obj=True,  # pipeline_options renders to a dict
+    user_defined_macros={"shard_options": _shard_options},
+    default_args={"retries": 0},
+    tags=["imagepipe"],
+    doc_md=__doc__,
+)
+def image_model_pipeline():
+    shard_images = BeamRunPythonPipelineOperator(
+        task_id="shard_images",
+        py_file="beam_jobs.shard_images",
+        py_options=["-m"],
+        py_interpreter=sys.executable,
+        runner="{{ params.beam_runner }}",
+        pipeline_options="{{ shard_options(params, run_id) }}",
+        retries=1,
+        retry_delay=dt.timedelta(minutes=2),
+        retry_exponential_backoff=True,
+        execution_timeout=dt.timedelta(hours=6),
+        outlets=[SHARDS],
+    )
+
+    @task(execution_timeout=dt.timedelta(minutes=30))
+    def validate_shards() -> dict:
+        from beam_jobs.validate import ShardValidationError
+        from beam_jobs.validate import validate_shards as check
+
+        context = get_current_context()
+        params = context["params"]
+        try:
+            return check(
+                _paths(params, context["run_id"]).shards,
+                max_error_fraction=params["max_error_fraction"],
+                min_train_shards=params["num_workers"],
+            )
+        except ShardValidationError as err:
+            raise AirflowFailException(str(err)) from None  # retrying cannot fix the data
+
+    @task(
+        retries=2,
+        retry_delay=dt.timedelta(minutes=1),
+        retry_exponential_backoff=True,
+        execution_timeout=dt.timedelta(hours=24),
+    )
+    def train(shards: dict) -> dict:
+        from training.launchers import TrainingJob, render_kubernetes, run_local
+        from training.tasks import read_training_result, submit_kubernetes
+
+        context = get_current_context()
+        params, paths = context["params"], _paths(context["params"], context["run_id"])
+        job = TrainingJob(
+            data=shards["shards_dir"],
+            output=paths.train,
+            num_workers=params["num_workers"],
+            train_flags={
+                k: params[k]
+                for k in (
+                    "architecture",
+                    "image_size",
+                    "epochs",
+                    "global_batch_size",
+                    "learning_rate",
+                )
+            },
+        )
+        if params["training_launcher"] == "kubernetes":
+            name = f"imagepipe-{context['run_id']}"
+            submit_kubernetes(render_kubernetes(job, name=name, image=TRAINER_IMAGE))
+        else:
+            run_local(job, emit=print)
+        return read_training_result(paths.train)
+
+    @task(retries=1, execution_timeout=dt.timedelta(hours=2))
+    def evaluate(trained: dict) -> dict:
+        from training.evaluate import (
+            AccuracyGateFailed,
+            check_gate,
+            evaluate_saved_model,
+            write_evaluation,
+        )
+
+        context = get_current_context()
+        params, paths = context["params"], _paths(context["params"], context["run_id"])
+        evaluation = evaluate_saved_model(trained["model_dir"], paths.shards)
+        write_evaluation(evaluation, paths.evaluation)
+        print(
+            f"held-out accuracy {evaluation['accuracy']:.3f} on {evaluation['num_examples']} "
+            f"{evaluation['split']} images"
+        )
+        try:
+            check_gate(evaluation, params["accuracy_gate"])
+        except AccuracyGateFailed as err:
+            raise AirflowFailException(str(err)) from None
+        return {
+            "accuracy": evaluation["accuracy"],
+            "split": evaluation["split"],
+            "model_dir": trained["model_dir"],
+        }
+
+    @task(
+        retries=2,
+        retry_delay=dt.timedelta(seconds=30),
+        outlets=[MODEL],
+        execution_timeout=dt.timedelta(minutes=30),
+    )
+    def export(evaluation: dict) -> dict:
+        from training.publish import publish_model
+
+        context = get_current_context()
+        params = context["params"]
+        published = publish_model(
+            evaluation["model_dir"],
+            params["model_root"],
+            params["model_name"],
+            run_id=context["run_id"],
+            evaluation=evaluation,
+        )
+        print(
+            f"published model {params['model_name']} version {published['version']} at "
+            f"{published['path']} (accuracy {evaluation['accuracy']:.3f})"
+        )
+        return {**published, "accuracy": evaluation["accuracy"]}
+
+    validated = validate_shards()
+    shard_images >> validated
+    export(evaluate(train(validated)))
+
+
+image_model_pipeline()

@@ -1,0 +1,61 @@
+import json
+import shutil
+
+import pytest
+
+from beam_jobs.validate import SCHEMA_VERSION, ShardValidationError, validate_shards
+from training import features
+
+
+@pytest.fixture
+def shards_copy(trainable_shards, tmp_path):
+    copy = tmp_path / "shards"
+    shutil.copytree(trainable_shards, copy)
+    return copy
+
+
+def test_complete_shards_pass_with_a_summary(trainable_shards):
+    summary = validate_shards(trainable_shards, max_error_fraction=0.05, min_train_shards=2)
+    assert summary["num_classes"] == 4
+    assert sum(summary["records_per_split"].values()) == summary["num_records"] == 480
+
+
+def test_corrupted_shard_is_reported_by_name(shards_copy):
+    shard = shards_copy / "train-00001-of-00002.tfrecord.gz"
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    with pytest.raises(ShardValidationError) as info:
+        validate_shards(str(shards_copy), max_error_fraction=0.05)
+    assert any(p.startswith("train-00001-of-00002.tfrecord.gz") for p in info.value.problems)
+    assert not any("train-00000" in p for p in info.value.problems)
+
+
+def test_truncated_shard_is_reported(shards_copy):
+    shard = shards_copy / "validation-00000-of-00002.tfrecord.gz"
+    shard.write_bytes(shard.read_bytes()[:-100])
+    with pytest.raises(ShardValidationError, match="validation-00000-of-00002"):
+        validate_shards(str(shards_copy), max_error_fraction=0.05)
+
+
+def test_every_problem_is_listed_at_once(shards_copy):
+    (shards_copy / "_SUCCESS").unlink()
+    (shards_copy / "test-00000-of-00002.tfrecord.gz").unlink()
+    with pytest.raises(ShardValidationError) as info:
+        validate_shards(str(shards_copy), max_error_fraction=0.05, min_train_shards=4)
+    text = str(info.value)
+    assert "no _SUCCESS" in text and "test-00000-of-00002.tfrecord.gz: missing" in text
+    assert "2 train shard(s) for 4 workers" in text
+
+
+def test_error_fraction_over_the_limit_fails(shards_copy):
+    metadata = json.loads((shards_copy / "metadata.json").read_text())
+    metadata["error_fraction"] = 0.2
+    (shards_copy / "metadata.json").write_text(json.dumps(metadata))
+    with pytest.raises(ShardValidationError, match=r"error fraction 20\.0%"):
+        validate_shards(str(shards_copy), max_error_fraction=0.05)
+
+
+def test_schema_version_matches_the_record_contract():
+    # validate.py must not import TensorFlow, so it keeps its own copy of the number.
+    assert SCHEMA_VERSION == features.SCHEMA_VERSION

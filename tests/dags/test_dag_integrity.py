@@ -1,0 +1,110 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from beam_jobs.pipeline_options import shard_job_options
+from tests.dags.airflow_env import REPO, airflow_env
+from training.runs import RunPaths, safe_run_id
+
+
+@pytest.fixture(scope="module")
+def parsed(tmp_path_factory):
+    env = airflow_env(tmp_path_factory.mktemp("airflow_home"))
+    del env["IMAGEPIPE_SCHEDULE"]  # the shipped default
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "tests" / "dags" / "inspect_dag.py"), str(REPO / "dags")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_dag_folder_imports_cleanly(parsed):
+    assert parsed["import_errors"] == {}
+    assert "image_model_pipeline" in parsed["dag_ids"]
+
+
+def test_parsing_imports_no_tensorflow_or_beam(parsed):
+    assert parsed["heavy_modules"] == []
+
+
+def test_tasks_and_dependencies_are_as_documented(parsed):
+    assert parsed["tasks"] == {
+        "shard_images": ["validate_shards"],
+        "validate_shards": ["train"],
+        "train": ["evaluate"],
+        "evaluate": ["export"],
+        "export": [],
+    }
+    assert parsed["shard_operator"] == "BeamRunPythonPipelineOperator"
+    assert parsed["outlets"]["shard_images"] == ["imagepipe_shards"]
+    assert parsed["outlets"]["export"] == ["imagepipe_model"]
+
+
+def test_scheduling_retries_and_timeouts(parsed):
+    assert parsed["schedule"] == "@daily"
+    assert parsed["catchup"] is False and parsed["max_active_runs"] == 1
+    assert parsed["retries"]["train"] >= 1 and parsed["retries"]["validate_shards"] == 0
+    assert all(seconds for seconds in parsed["timeouts"].values())
+
+
+def test_params_have_defaults_descriptions_and_reject_bad_values(parsed):
+    assert parsed["params_described"]
+    for name in (
+        "input_uri",
+        "output_root",
+        "model_name",
+        "architecture",
+        "image_size",
+        "epochs",
+        "global_batch_size",
+        "num_workers",
+        "learning_rate",
+        "max_error_fraction",
+        "accuracy_gate",
+        "beam_runner",
+        "beam_options",
+    ):
+        assert name in parsed["params"]
+    assert parsed["rejected"] == {name: True for name in parsed["rejected"]}
+
+
+def test_run_paths_are_keyed_by_a_filesystem_safe_run_id():
+    paths = RunPaths.for_run("gs://b/out/", "manual__2026-12-01T10:00:00+00:00")
+    assert paths.shards == "gs://b/out/runs/manual__2026-12-01T10_00_00_00_00/shards"
+    assert paths.model == "gs://b/out/runs/manual__2026-12-01T10_00_00_00_00/train/model"
+    assert safe_run_id("../../x") == "x"
+
+
+def test_beam_operator_options_come_from_params_alone():
+    params = {
+        "input_uri": "gs://in",
+        "max_side": 512,
+        "max_error_fraction": 0.1,
+        "num_workers": 4,
+        "beam_options": {
+            "project": "p",
+            "region": "europe-west1",
+            "temp_location": "gs://b/tmp",
+            "sdk_container_image": "europe-docker.pkg.dev/p/r/beam:1",
+        },
+    }
+    assert shard_job_options(params, "gs://out/shards") == {
+        "input": "gs://in",
+        "output": "gs://out/shards",
+        "max-side": 512,
+        "max-error-fraction": 0.1,
+        "min-shards": 4,
+        "project": "p",
+        "region": "europe-west1",
+        "temp_location": "gs://b/tmp",
+        "sdk_container_image": "europe-docker.pkg.dev/p/r/beam:1",
+    }
+    with pytest.raises(ValueError, match="output"):
+        shard_job_options({**params, "beam_options": {"output": "elsewhere"}}, "x")

@@ -1,0 +1,78 @@
+import json
+
+import kubernetes_validate
+import pytest
+
+from training.launchers import TrainingJob, render_kubernetes
+
+JOB = TrainingJob(
+    data="gs://bucket/shards",
+    output="gs://bucket/runs/r1/train",
+    num_workers=3,
+    train_flags={"epochs": 4, "global_batch_size": 96, "mixed_precision": True},
+)
+
+
+def test_train_args_are_the_cli_flags():
+    assert JOB.train_args() == [
+        "--data",
+        "gs://bucket/shards",
+        "--output",
+        "gs://bucket/runs/r1/train",
+        "--epochs",
+        "4",
+        "--global-batch-size",
+        "96",
+        "--mixed-precision",
+    ]
+
+
+@pytest.fixture
+def manifests():
+    return render_kubernetes(
+        JOB,
+        name="imagepipe-manual__2026-12-01T00:00:00+00:00",
+        image="europe-docker.pkg.dev/p/r/trainer:1.0",
+        namespace="ml",
+        gpus_per_worker=1,
+        service_account="trainer",
+    )
+
+
+def test_manifests_validate_against_the_kubernetes_schema(manifests):
+    version = kubernetes_validate.latest_version()
+    for manifest in manifests:
+        kubernetes_validate.validate(manifest, version, strict=True)
+
+
+def test_one_job_per_worker_behind_a_headless_service_with_its_own_tf_config(manifests):
+    service, *jobs = manifests
+    assert service["kind"] == "Service" and service["spec"]["clusterIP"] == "None"
+    assert [j["kind"] for j in jobs] == ["Job"] * 3
+    name = service["metadata"]["name"]
+    configs = []
+    for index, job in enumerate(jobs):
+        pod = job["spec"]["template"]["spec"]
+        assert pod["subdomain"] == name and pod["hostname"] == f"{name}-worker-{index}"
+        assert pod["restartPolicy"] == "OnFailure"
+        container = pod["containers"][0]
+        assert container["command"] == ["python", "-m", "training.train"]
+        assert container["args"] == JOB.train_args()
+        assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
+        config = json.loads(container["env"][0]["value"])
+        assert config["task"] == {"type": "worker", "index": index}
+        configs.append(config)
+        assert set(service["spec"]["selector"].items()) <= set(
+            job["spec"]["template"]["metadata"]["labels"].items()
+        )
+    hosts = configs[0]["cluster"]["worker"]
+    assert hosts == [f"{name}-worker-{i}.{name}.ml.svc:2222" for i in range(3)]
+    assert all(c["cluster"]["worker"] == hosts for c in configs)
+
+
+def test_a_broken_manifest_fails_validation(manifests):
+    manifests[1]["spec"]["backoffLimit"] = "three"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(
+            manifests[1], kubernetes_validate.latest_version(), strict=True
+        )

@@ -1,0 +1,57 @@
+import threading
+
+import pytest
+
+from training.publish import LATEST, latest_model_path, latest_version, publish_model
+
+
+@pytest.fixture
+def model_dir(tmp_path):
+    model = tmp_path / "export"
+    (model / "variables").mkdir(parents=True)
+    (model / "saved_model.pb").write_bytes(b"graph")
+    (model / "variables" / "variables.index").write_bytes(b"index")
+    return str(model)
+
+
+def test_versions_increase_and_latest_follows(model_dir, tmp_path):
+    root = str(tmp_path / "models")
+    first = publish_model(model_dir, root, "shapes", run_id="run-1")
+    second = publish_model(model_dir, root, "shapes", run_id="run-2")
+    assert (first["version"], second["version"]) == (1, 2)
+    assert latest_version(root, "shapes") == 2
+    assert latest_model_path(root, "shapes").endswith("/shapes/2")
+    published = tmp_path / "models" / "shapes" / "2"
+    assert (published / "saved_model.pb").read_bytes() == b"graph"
+    assert (published / "variables" / "variables.index").read_bytes() == b"index"
+    assert not [p for p in (tmp_path / "models" / "shapes").iterdir() if p.name.startswith(".")]
+
+
+def test_publishing_the_same_run_again_reuses_its_version(model_dir, tmp_path):
+    root = str(tmp_path / "models")
+    first = publish_model(model_dir, root, "m", run_id="run-1")
+    again = publish_model(model_dir, root, "m", run_id="run-1")
+    assert again["version"] == first["version"] and again["reused"]
+    assert sorted(p.name for p in (tmp_path / "models" / "m").iterdir()) == ["1", LATEST]
+
+
+def test_concurrent_publishers_get_unique_versions(model_dir, tmp_path):
+    root = str(tmp_path / "models")
+    results, errors = [], []
+
+    def publish(i):
+        try:
+            results.append(publish_model(model_dir, root, "m", run_id=f"run-{i}")["version"])
+        except Exception as err:  # surfaced below
+            errors.append(err)
+
+    threads = [threading.Thread(target=publish, args=(i,)) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    assert sorted(results) == [1, 2, 3, 4, 5, 6]
+    assert latest_version(root, "m") == 6
+    for version in results:
+        assert (tmp_path / "models" / "m" / str(version) / "saved_model.pb").exists()

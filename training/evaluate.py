@@ -1,0 +1,67 @@
+"""Evaluate an exported SavedModel the way it will be served, and gate on accuracy.
+
+The model is fed the raw `image/encoded` bytes of a held-out split through its
+`serving_default` signature, so the number measures the whole serving path
+(decode, resize, model), not only the network on pre-decoded tensors.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from collections import Counter
+
+import tensorflow as tf
+
+from training import features
+from training.shards import ShardSet
+
+
+class AccuracyGateFailed(RuntimeError):
+    """The model is worse than the gate: it must not be published."""
+
+
+def evaluate_saved_model(
+    model_dir: str, shards_dir: str, split: str = "test", batch_size: int = 64
+) -> dict:
+    shard_set = ShardSet.open(shards_dir)
+    if not shard_set.num_records(split):
+        split = "validation"  # a dataset without a test split still gets a held-out number
+    files = shard_set.files(split)
+    if not files or not shard_set.num_records(split):
+        raise ValueError(f"{shards_dir} has no test or validation records to evaluate on")
+    serve = tf.saved_model.load(model_dir).signatures["serving_default"]
+    records = (
+        tf.data.TFRecordDataset(files, compression_type=shard_set.compression_type)
+        .map(features.parse_example)
+        .map(lambda f: (f[features.IMAGE_ENCODED], tf.cast(f[features.LABEL], tf.int32)))
+        .batch(batch_size)
+    )
+    correct, total = Counter(), Counter()
+    for encoded, labels in records:
+        predicted = serve(images=encoded)["class_id"].numpy()
+        for label, guess in zip(labels.numpy(), predicted, strict=True):
+            total[int(label)] += 1
+            correct[int(label)] += int(label == guess)
+    names = shard_set.label_names
+    return {
+        "split": split,
+        "num_examples": sum(total.values()),
+        "accuracy": sum(correct.values()) / sum(total.values()),
+        "per_class_accuracy": {names[c]: correct[c] / total[c] for c in sorted(total)},
+    }
+
+
+def check_gate(evaluation: dict, min_accuracy: float) -> None:
+    if evaluation["accuracy"] < min_accuracy:
+        raise AccuracyGateFailed(
+            f"accuracy {evaluation['accuracy']:.3f} on {evaluation['num_examples']} "
+            f"{evaluation['split']} images is below the gate {min_accuracy:.3f}; "
+            "the model is not published"
+        )
+
+
+def write_evaluation(evaluation: dict, path: str) -> None:
+    tf.io.gfile.makedirs(posixpath.dirname(path))
+    with tf.io.gfile.GFile(path, "w") as handle:
+        json.dump(evaluation, handle, indent=2)
