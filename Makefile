@@ -9,7 +9,7 @@ EXTRAS ?= cpu,airflow,dev
 DEMO_DIR ?= demo-output
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: install test lint format demo clean lock
+.PHONY: install test lint format demo airflow clean lock
 
 install: $(STAMP)
 
@@ -31,10 +31,11 @@ format: install
 	$(BIN)/ruff check --fix .
 
 demo: install
-	rm -rf $(DEMO_DIR)
-	$(BIN)/python -m beam_jobs.sample_data $(DEMO_DIR)/images --with-corrupt
-	$(BIN)/python -m beam_jobs.shard_images --input $(DEMO_DIR)/images --output $(DEMO_DIR)/shards
-	$(BIN)/python -m training.launch --num-workers 2 --data $(DEMO_DIR)/shards --output $(DEMO_DIR)/run --epochs 8
+	DEMO_DIR=$(abspath $(DEMO_DIR)) scripts/demo.sh
+
+# A local Airflow with UI and REST API (http://localhost:8080), DAGs from dags/.
+airflow: install
+	bash -c 'source scripts/airflow-env.sh && airflow standalone'
 
 # Re-pin after changing dependencies in pyproject.toml.
 lock: install
