@@ -32,6 +32,7 @@ DEFAULT_MODEL_ROOT = os.environ.get(
 )
 TRAINER_IMAGE = os.environ.get("IMAGEPIPE_TRAINER_IMAGE", "imagepipe-trainer:latest")
 
+# Consumers refer to these by name (Asset.ref(name="imagepipe_model")).
 SHARDS = Asset(name="imagepipe_shards", uri="imagepipe://image_model_pipeline/shards")
 MODEL = Asset(name="imagepipe_model", uri="imagepipe://image_model_pipeline/model")
 

@@ -55,6 +55,7 @@ print(
             },
             "outlets": {t.task_id: [a.name for a in t.outlets] for t in dag.tasks},
             "shard_operator": type(dag.get_task("shard_images")).__name__,
+            "consumer_schedule": [a.name for a in bag.dags["model_published"].schedule],
         }
     )
 )

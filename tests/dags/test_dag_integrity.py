@@ -27,7 +27,7 @@ def parsed(tmp_path_factory):
 
 def test_dag_folder_imports_cleanly(parsed):
     assert parsed["import_errors"] == {}
-    assert "image_model_pipeline" in parsed["dag_ids"]
+    assert parsed["dag_ids"] == ["image_model_pipeline", "model_published"]
 
 
 def test_parsing_imports_no_tensorflow_or_beam(parsed):
@@ -45,6 +45,7 @@ def test_tasks_and_dependencies_are_as_documented(parsed):
     assert parsed["shard_operator"] == "BeamRunPythonPipelineOperator"
     assert parsed["outlets"]["shard_images"] == ["imagepipe_shards"]
     assert parsed["outlets"]["export"] == ["imagepipe_model"]
+    assert parsed["consumer_schedule"] == ["imagepipe_model"]  # another DAG runs on a new model
 
 
 def test_scheduling_retries_and_timeouts(parsed):
