@@ -1,0 +1,19 @@
+# Custom Beam SDK container for Dataflow (or Flink/Spark portable runners) workers:
+# --sdk_container_image=<this image> with --runner DataflowRunner. The workers import
+# beam_jobs and training.features (TensorFlow, CPU build) to write the records.
+# Build from the repository root: docker build -f docker/beam.Dockerfile -t beam-worker .
+FROM python:3.11.7-slim-bookworm AS build
+WORKDIR /src
+COPY pyproject.toml README.md constraints.txt ./
+COPY beam_jobs beam_jobs
+COPY training training
+RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
+
+# Same Beam and Python versions as constraints.txt, or the job fails at submission.
+FROM apache/beam_python3.11_sdk:2.77.0
+COPY --from=build /wheels /wheels
+COPY constraints.txt /tmp/constraints.txt
+RUN WHEEL="$(ls /wheels/*.whl)" \
+    && pip install --no-cache-dir -c /tmp/constraints.txt "${WHEEL}[cpu]" \
+    && rm -rf /wheels /tmp/constraints.txt
+# The base image's entry point (/opt/apache/beam/boot) starts the SDK harness.

