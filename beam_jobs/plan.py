@@ -83,9 +83,12 @@ def _is_hidden(relative: str) -> bool:
 def list_folder(root: str) -> tuple[list[WorkItem], dict[str, int]]:
     """<root>/<label>/<file> -> items keyed by their path relative to root, and sizes."""
     root = root.rstrip("/")
-    if not FileSystems.exists(root):
+    if "://" not in root and not FileSystems.exists(root):
         raise InputError(f"input path does not exist: {root}")
+    # Object stores have no folders to test for: an absent prefix simply matches nothing.
     matches = FileSystems.match([root + "/**"])[0].metadata_list
+    if not matches and "://" in root:
+        raise InputError(f"no input files found under {root} (missing or empty prefix)")
     items, sizes = [], {}
     for meta in sorted(matches, key=lambda m: m.path):
         relative = meta.path[len(root) :].lstrip("/")

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 
 import apache_beam as beam
+from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from beam_jobs import output as out
@@ -126,6 +127,9 @@ def build_pipeline(
 def shard_images(config: ShardConfig, options: PipelineOptions) -> ShardResult:
     """Plan, run the pipeline, publish. Raises InputError / ErrorBudgetExceeded."""
     started = time.monotonic()
+    # Listing, staging and publishing run in this process, outside the pipeline: give
+    # Beam's filesystems the same options (credentials, project) the workers get.
+    FileSystems.set_options(options)
     plan = build_plan(config)
     out.invalidate(config.output)
     staging = out.new_staging_dir(config.output)

@@ -36,7 +36,7 @@ def _conf(tmp_path, images, **overrides):
         "output_root": str(tmp_path / "out"),
         "model_root": str(tmp_path / "models"),
         "model_name": "shapes",
-        "epochs": 10,
+        "epochs": 12,
         "num_workers": 2,
         "accuracy_gate": 0.4,
         **overrides,
