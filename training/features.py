@@ -82,11 +82,6 @@ def parse_example(serialized: tf.Tensor) -> dict[str, tf.Tensor]:
     return tf.io.parse_single_example(serialized, FEATURE_SPEC)
 
 
-def parse_examples(serialized: tf.Tensor) -> dict[str, tf.Tensor]:
-    """Parse a batch of serialised Examples (vectorised: one op for the whole batch)."""
-    return tf.io.parse_example(serialized, FEATURE_SPEC)
-
-
 def decode_image(encoded: tf.Tensor, image_size: int) -> tf.Tensor:
     """Encoded JPEG/PNG bytes -> float32 [image_size, image_size, 3] in [0, 1].
 
