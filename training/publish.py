@@ -1,26 +1,34 @@
 """Publishing an exported model as `<model_root>/<model_name>/<version>/`.
 
 Versions are increasing integers, as TensorFlow Serving expects. A version is
-first copied into a private staging folder and then renamed into place; on a
-local or POSIX filesystem the rename fails if another publisher took that
-number first, and we move on to the next one, so versions stay unique under
-concurrency. `LATEST` (a one-line file) is replaced atomically and only moves
-forward, after the copy is complete. Publishing the same run again is a no-op
-that returns the version it already got. Object stores (gs://) have no atomic
-rename: there, run one publisher per model name (the DAG's max_active_runs=1).
+first copied into a private staging folder (the slow part, done unlocked) and
+then renamed into place. Choosing the number, the rename and the update of
+`LATEST` (a one-line file, replaced atomically, only ever moving forward) are
+one critical section: reading LATEST and replacing it is check-then-act, and
+without a lock a slower publisher can move it back. On local/POSIX
+filesystems the section holds an exclusive `flock` on `<root>/.<model>.lock`
+(beside the model folder, so the folder TensorFlow Serving watches holds only
+versions and LATEST), so concurrent publishers (threads, processes, DAG runs)
+get unique versions and LATEST always names the newest complete model. Publishing the same run again
+is a no-op that returns the version it already got. Object stores (gs://) have
+neither locks nor atomic renames: there, run one publisher per model name (the
+DAG's max_active_runs=1 does).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import os
 import posixpath
 import uuid
+from collections.abc import Iterator
 
 import tensorflow as tf
 
 LATEST = "LATEST"
 PUBLISH_RECORD = posixpath.join("assets.extra", "publish.json")
-MAX_ATTEMPTS = 20
 
 
 def _versions(model_home: str) -> list[int]:
@@ -62,7 +70,23 @@ def latest_model_path(model_root: str, model_name: str) -> str | None:
     return None if version is None else posixpath.join(model_root, model_name, str(version))
 
 
+@contextlib.contextmanager
+def _publish_lock(model_home: str) -> Iterator[None]:
+    if "://" in model_home:
+        yield  # no locking on object stores; see the module docstring
+        return
+    model_root, model_name = os.path.split(model_home)
+    os.makedirs(model_home, exist_ok=True)
+    with open(os.path.join(model_root, f".{model_name}.lock"), "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def _set_latest(model_home: str, version: int) -> None:
+    """Call with the publish lock held."""
     current = latest_version(posixpath.dirname(model_home), posixpath.basename(model_home))
     if current is not None and current >= version:
         return  # a newer model was published meanwhile; LATEST never moves backwards
@@ -72,13 +96,21 @@ def _set_latest(model_home: str, version: int) -> None:
     tf.io.gfile.rename(temporary, posixpath.join(model_home, LATEST), overwrite=True)
 
 
+def _published_version(model_home: str, run_id: str) -> int | None:
+    for version in reversed(_versions(model_home)):
+        record = _read_json(posixpath.join(model_home, str(version), PUBLISH_RECORD))
+        if record and record.get("run_id") == run_id:
+            return version
+    return None
+
+
 def publish_model(
     model_dir: str, model_root: str, model_name: str, *, run_id: str, evaluation: dict | None = None
 ) -> dict:
     model_home = posixpath.join(model_root.rstrip("/"), model_name)
-    for version in reversed(_versions(model_home)):
-        record = _read_json(posixpath.join(model_home, str(version), PUBLISH_RECORD))
-        if record and record.get("run_id") == run_id:
+    with _publish_lock(model_home):
+        version = _published_version(model_home, run_id)
+        if version is not None:
             _set_latest(model_home, version)
             return {
                 "version": version,
@@ -93,15 +125,17 @@ def publish_model(
         json.dump(
             {"run_id": run_id, "source": model_dir, "evaluation": evaluation}, handle, indent=2
         )
-    for _ in range(MAX_ATTEMPTS):
-        version = (max(_versions(model_home), default=0)) + 1
+    with _publish_lock(model_home):
+        version = _published_version(model_home, run_id)
+        if version is not None:  # the same run published meanwhile (a concurrent retry)
+            tf.io.gfile.rmtree(staging)
+            return {
+                "version": version,
+                "path": posixpath.join(model_home, str(version)),
+                "reused": True,
+            }
+        version = max(_versions(model_home), default=0) + 1
         target = posixpath.join(model_home, str(version))
-        try:
-            tf.io.gfile.rename(staging, target, overwrite=False)
-        except (tf.errors.OpError, OSError):
-            if tf.io.gfile.exists(target):
-                continue  # another publisher took this number; take the next one
-            raise
+        tf.io.gfile.rename(staging, target, overwrite=False)
         _set_latest(model_home, version)
-        return {"version": version, "path": target, "reused": False}
-    raise RuntimeError(f"could not claim a version under {model_home} after {MAX_ATTEMPTS} tries")
+    return {"version": version, "path": target, "reused": False}

@@ -1,7 +1,10 @@
+import random
 import threading
+import time
 
 import pytest
 
+from training import publish as publish_module
 from training.publish import LATEST, latest_model_path, latest_version, publish_model
 
 
@@ -35,8 +38,18 @@ def test_publishing_the_same_run_again_reuses_its_version(model_dir, tmp_path):
     assert sorted(p.name for p in (tmp_path / "models" / "m").iterdir()) == ["1", LATEST]
 
 
-def test_concurrent_publishers_get_unique_versions(model_dir, tmp_path):
+def test_concurrent_publishers_get_unique_versions(model_dir, tmp_path, monkeypatch):
     root = str(tmp_path / "models")
+    read_latest = publish_module.latest_version
+
+    def slow_read(*args):
+        # Widen the window between reading LATEST and replacing it, where an
+        # unlocked publisher loses a race to a newer one and moves LATEST back.
+        version = read_latest(*args)
+        time.sleep(random.uniform(0, 0.02))
+        return version
+
+    monkeypatch.setattr(publish_module, "latest_version", slow_read)
     results, errors = [], []
 
     def publish(i):
@@ -45,13 +58,13 @@ def test_concurrent_publishers_get_unique_versions(model_dir, tmp_path):
         except Exception as err:  # surfaced below
             errors.append(err)
 
-    threads = [threading.Thread(target=publish, args=(i,)) for i in range(6)]
+    threads = [threading.Thread(target=publish, args=(i,)) for i in range(12)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     assert not errors
-    assert sorted(results) == [1, 2, 3, 4, 5, 6]
-    assert latest_version(root, "m") == 6
+    assert sorted(results) == list(range(1, 13))
+    assert latest_version(root, "m") == 12
     for version in results:
         assert (tmp_path / "models" / "m" / str(version) / "saved_model.pb").exists()
