@@ -22,3 +22,28 @@ def shard_job_options(params: Mapping, shards_dir: str) -> dict:
         "min-shards": params["num_workers"],
         **extra,
     }
+
+
+DATAFLOW_REQUIRED = ("project", "region", "temp_location")
+
+
+def dataflow_config(params: Mapping) -> dict:
+    """The Beam operator's `dataflow_config`, derived from the same `beam_options`.
+
+    The operator waits for and links the Dataflow job by `dataflow_config`'s
+    project and location, not by the pipeline options; left unset, it would
+    poll the default region (us-central1) for a job launched elsewhere. So both
+    are taken from the one place a user sets them. Empty for other runners.
+    """
+    if params.get("beam_runner") != "DataflowRunner":
+        return {}
+    extra = params.get("beam_options") or {}
+    missing = [key for key in DATAFLOW_REQUIRED if not extra.get(key)]
+    if missing:
+        raise ValueError(f"DataflowRunner needs beam_options {missing} (see docs/deploy.md)")
+    return {
+        "project_id": extra["project"],
+        "location": extra["region"],
+        "job_name": "imagepipe-shard-images",
+        "append_job_name": True,
+    }

@@ -18,7 +18,7 @@ from airflow.providers.apache.beam.operators.beam import BeamRunPythonPipelineOp
 from airflow.sdk import Asset, Param, dag, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException
 
-from beam_jobs.pipeline_options import shard_job_options
+from beam_jobs.pipeline_options import dataflow_config, shard_job_options
 from training.runs import RunPaths
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -133,8 +133,17 @@ PARAMS = {
     "training_launcher": Param(
         "local",
         type="string",
-        enum=["local", "kubernetes"],
-        description="local: N processes here; kubernetes: N pods.",
+        enum=["local", "kubernetes", "vertex"],
+        description="local: N processes here; kubernetes: N pods; vertex: a Vertex AI "
+        "CustomJob (needs gs:// paths).",
+    ),
+    "training_options": Param(
+        {},
+        type="object",
+        description='Launcher settings, e.g. kubernetes {"namespace": "ml", '
+        '"gpus_per_worker": 1}; vertex {"project": "p", "region": "europe-west4", '
+        '"machine_type": "g2-standard-8", "accelerator_type": "NVIDIA_L4", '
+        '"accelerator_count": 1}.',
     ),
 }
 
@@ -155,7 +164,7 @@ def _shard_options(params, run_id) -> dict:
     max_active_runs=1,
     params=PARAMS,
     render_template_as_native_obj=True,  # pipeline_options renders to a dict
-    user_defined_macros={"shard_options": _shard_options},
+    user_defined_macros={"shard_options": _shard_options, "dataflow_config": dataflow_config},
     default_args={"retries": 0},
     tags=["imagepipe"],
     doc_md=__doc__,
@@ -168,6 +177,7 @@ def image_model_pipeline():
         py_interpreter=sys.executable,
         runner="{{ params.beam_runner }}",
         pipeline_options="{{ shard_options(params, run_id) }}",
+        dataflow_config="{{ dataflow_config(params) }}",
         retries=1,
         retry_delay=dt.timedelta(minutes=2),
         retry_exponential_backoff=True,
@@ -198,8 +208,15 @@ def image_model_pipeline():
         execution_timeout=dt.timedelta(hours=24),
     )
     def train(shards: dict) -> dict:
-        from training.launchers import TrainingJob, render_kubernetes, run_local
-        from training.tasks import read_training_result, submit_kubernetes
+        from training.launchers import (
+            LauncherConfigError,
+            TrainingJob,
+            check_launcher_options,
+            render_kubernetes,
+            render_vertex_custom_job,
+            run_local,
+        )
+        from training.tasks import read_training_result, submit_kubernetes, submit_vertex
 
         context = get_current_context()
         params, paths = context["params"], _paths(context["params"], context["run_id"])
@@ -218,9 +235,20 @@ def image_model_pipeline():
                 )
             },
         )
-        if params["training_launcher"] == "kubernetes":
-            name = f"imagepipe-{context['run_id']}"
-            submit_kubernetes(render_kubernetes(job, name=name, image=TRAINER_IMAGE))
+        launcher, name = params["training_launcher"], f"imagepipe-{context['run_id']}"
+        try:
+            options = check_launcher_options(launcher, params["training_options"])
+            if launcher == "vertex":
+                project, region = options.pop("project"), options.pop("region")
+                custom_job = render_vertex_custom_job(
+                    job, display_name=name, image=TRAINER_IMAGE, **options
+                )
+        except LauncherConfigError as err:
+            raise AirflowFailException(str(err)) from None  # a setting to fix, not to retry
+        if launcher == "kubernetes":
+            submit_kubernetes(render_kubernetes(job, name=name, image=TRAINER_IMAGE, **options))
+        elif launcher == "vertex":
+            submit_vertex(custom_job, project=project, region=region, context=context)
         else:
             run_local(job, emit=print)
         return read_training_result(paths.train)

@@ -1,10 +1,13 @@
-"""How the orchestrator starts a multi-worker training job: locally or on Kubernetes.
+"""How the orchestrator starts a multi-worker training job: here, on Kubernetes, or on Vertex AI.
 
 `local` runs `python -m training.launch` (N processes on this machine) and
 streams its output into the caller's log. `kubernetes` renders one Job per
 worker (each a single pod with a stable DNS name through a headless Service
 and its own `TF_CONFIG`), which the DAG submits with the cncf.kubernetes
-provider. Both run the same `python -m training.train` with the same flags.
+provider. `vertex` renders a Vertex AI CustomJob (a chief pool and a worker
+pool; Vertex sets `TF_CONFIG` itself), which the DAG submits with the Google
+provider's `CreateCustomJobOperator`. All run the same `python -m
+training.train` with the same flags, so the launcher is configuration.
 """
 
 from __future__ import annotations
@@ -19,12 +22,17 @@ from dataclasses import dataclass, field
 
 log = logging.getLogger(__name__)
 
-LAUNCHERS = ("local", "kubernetes")
+LAUNCHERS = ("local", "kubernetes", "vertex")
 TF_PORT = 2222
+TRAIN_COMMAND = ["python", "-m", "training.train"]
 
 
 class TrainingFailed(RuntimeError):
     pass
+
+
+class LauncherConfigError(ValueError):
+    """Settings that do not fit the chosen launcher; a user mistake, not a crash."""
 
 
 @dataclass(frozen=True)
@@ -122,7 +130,7 @@ def render_kubernetes(
                 {
                     "name": "trainer",
                     "image": image,
-                    "command": ["python", "-m", "training.train"],
+                    "command": TRAIN_COMMAND,
                     "args": job.train_args(),
                     "env": [{"name": "TF_CONFIG", "value": json.dumps(tf_config)}],
                     "ports": [{"containerPort": TF_PORT, "name": "grpc"}],
@@ -151,3 +159,102 @@ def render_kubernetes(
             }
         )
     return manifests
+
+
+def render_vertex_custom_job(
+    job: TrainingJob,
+    *,
+    display_name: str,
+    image: str,
+    machine_type: str = "n1-standard-8",
+    accelerator_type: str | None = None,
+    accelerator_count: int = 0,
+    service_account: str | None = None,
+    network: str | None = None,
+    boot_disk_size_gb: int = 100,
+) -> dict:
+    """A Vertex AI CustomJob (as the API's JSON) for N workers.
+
+    Pool 0 is one replica, which Vertex names `chief` in the `TF_CONFIG` it
+    sets; pool 1 holds the other N-1 as `worker`s (`training.distribute`
+    reads both). `restart_job_on_worker_restart` restarts every replica when
+    one dies, which MultiWorkerMirroredStrategy needs (its collectives cannot
+    take a lone newcomer); the restarted job resumes from the checkpoints
+    under `job.output`, which must be gs://.
+    """
+    for path in (job.data, job.output):
+        if not path.startswith("gs://"):
+            raise LauncherConfigError(
+                f"Vertex AI workers only see gs:// paths, not {path!r}: set output_root to gs://"
+            )
+    machine: dict = {"machine_type": machine_type}
+    if accelerator_count:
+        if not accelerator_type:
+            raise LauncherConfigError("accelerator_count needs accelerator_type (NVIDIA_L4, ...)")
+        machine.update(accelerator_type=accelerator_type, accelerator_count=accelerator_count)
+    container = {"image_uri": image, "command": TRAIN_COMMAND, "args": job.train_args()}
+    pool = {
+        "machine_spec": machine,
+        "container_spec": container,
+        "disk_spec": {"boot_disk_type": "pd-ssd", "boot_disk_size_gb": boot_disk_size_gb},
+    }
+    pools = [{**pool, "replica_count": 1}]
+    if job.num_workers > 1:
+        pools.append({**pool, "replica_count": job.num_workers - 1})
+    spec: dict = {
+        "worker_pool_specs": pools,
+        "scheduling": {"restart_job_on_worker_restart": True},
+    }
+    if service_account:
+        spec["service_account"] = service_account
+    if network:
+        spec["network"] = network
+    return {
+        "display_name": _dns_name(display_name),
+        "job_spec": spec,
+        "labels": {"app": "imagepipe-trainer"},
+    }
+
+
+# What a user may set in the DAG's `training_options` for each launcher.
+LAUNCHER_OPTIONS = {
+    "local": set(),
+    "kubernetes": {
+        "namespace",
+        "gpus_per_worker",
+        "cpu",
+        "memory",
+        "service_account",
+        "backoff_limit",
+    },
+    "vertex": {
+        "project",
+        "region",
+        "machine_type",
+        "accelerator_type",
+        "accelerator_count",
+        "service_account",
+        "network",
+        "boot_disk_size_gb",
+    },
+}
+
+
+def check_launcher_options(launcher: str, options: dict) -> dict:
+    """Reject unknown settings and missing required ones with a message a user can act on."""
+    if launcher not in LAUNCHER_OPTIONS:
+        raise LauncherConfigError(f"unknown training launcher {launcher!r}; one of {LAUNCHERS}")
+    unknown = set(options) - LAUNCHER_OPTIONS[launcher]
+    if unknown:
+        allowed = sorted(LAUNCHER_OPTIONS[launcher]) or "none"
+        raise LauncherConfigError(
+            f"training_options {sorted(unknown)} do not apply to the {launcher!r} launcher "
+            f"(allowed: {allowed})"
+        )
+    if launcher == "vertex":
+        missing = {"project", "region"} - set(options)
+        if missing:
+            raise LauncherConfigError(
+                f"the vertex launcher needs training_options {sorted(missing)}"
+            )
+    return dict(options)

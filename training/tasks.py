@@ -73,3 +73,34 @@ def submit_kubernetes(
             if manifest["kind"] == "Service":
                 meta = manifest["metadata"]
                 core.delete_namespaced_service(meta["name"], meta["namespace"])
+
+
+def submit_vertex(
+    custom_job: dict,
+    *,
+    project: str,
+    region: str,
+    context,
+    conn_id: str = "google_cloud_default",
+) -> dict:
+    """Run the rendered CustomJob with the Google provider's operator and wait for it.
+
+    Runs inside the `train` task (same task, same retries and Param) rather
+    than as a separate DAG node, so the launcher stays one parameter and
+    clearing `train` reruns training whichever launcher it used. Credentials
+    come from the `google_cloud_default` connection or Application Default
+    Credentials; none pass through here.
+    """
+    from airflow.providers.google.cloud.operators.vertex_ai.custom_job import (
+        CreateCustomJobOperator,
+    )
+
+    operator = CreateCustomJobOperator(
+        task_id="train_vertex_custom_job",
+        project_id=project,
+        region=region,
+        custom_job=custom_job,
+        gcp_conn_id=conn_id,
+        poll_interval=30,
+    )
+    return operator.execute(context)  # the hook raises on FAILED, CANCELLED, EXPIRED

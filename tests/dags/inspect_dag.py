@@ -23,6 +23,8 @@ BAD = {
     "beam_runner": "MyRunner",
     "beam_options": "not-an-object",
     "image_size": "big",
+    "training_launcher": "slurm",
+    "training_options": ["not", "an", "object"],
 }
 rejected = {}
 for name, value in BAD.items():

@@ -71,6 +71,8 @@ def test_params_have_defaults_descriptions_and_reject_bad_values(parsed):
         "accuracy_gate",
         "beam_runner",
         "beam_options",
+        "training_launcher",
+        "training_options",
     ):
         assert name in parsed["params"]
     assert parsed["rejected"] == {name: True for name in parsed["rejected"]}
