@@ -5,11 +5,11 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-EXTRAS ?= cpu,airflow,dev
+EXTRAS ?= cpu,airflow,dev,bench
 DEMO_DIR ?= demo-output
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: install test lint format demo airflow clean lock
+.PHONY: install test test-slow lint format demo airflow bench clean lock
 
 install: $(STAMP)
 
@@ -21,6 +21,10 @@ $(STAMP): pyproject.toml constraints.txt
 
 test: install
 	$(BIN)/python -m pytest
+
+# Benchmarks (not part of `make test`): bench/results/*.json, table, plot, README table.
+bench: install
+	$(BIN)/python -m bench
 
 lint: install
 	$(BIN)/ruff check .

@@ -56,7 +56,7 @@ class ShardConfig:
     target_shard_mb: float = 128.0
     num_shards: int | None = None
     min_shards: int = 2
-    compression: str = "gzip"
+    compression: str = "none"
     max_error_fraction: float = 0.05
     max_pixels: int = DEFAULT_MAX_PIXELS
     label_map: str | None = None
@@ -139,8 +139,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--compression",
         choices=COMPRESSIONS,
-        default="gzip",
-        help="Shard compression (default gzip).",
+        default="none",
+        help="Shard compression (default none: JPEG/PNG bytes do not shrink under gzip, "
+        "which only costs the readers CPU; see bench/).",
     )
     parser.add_argument(
         "--max-error-fraction",

@@ -28,6 +28,7 @@ class TrainConfig:
     augment: bool = True
     mixed_precision: bool = False
     steps_per_epoch: int = 0  # 0: one pass over the training split
+    synthetic_input: bool = False  # diagnosis only: how fast the step runs with free input
 
     def __post_init__(self) -> None:
         if self.architecture not in ARCHITECTURES:
@@ -114,6 +115,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="float16 compute with loss scaling, on GPU (ignored with a warning on CPU).",
     )
+    a(
+        "--synthetic-input",
+        action="store_true",
+        help="Diagnosis: train on one in-memory random batch repeated instead of the shards "
+        "(validation still reads them), to measure how much time the input pipeline costs.",
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
@@ -132,4 +139,5 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         shuffle_buffer=args.shuffle_buffer,
         augment=args.augment,
         mixed_precision=args.mixed_precision,
+        synthetic_input=args.synthetic_input,
     )

@@ -24,7 +24,8 @@ log = logging.getLogger(__name__)
 
 AUTOTUNE = tf.data.AUTOTUNE
 # Pixels of padding before the random crop back to the model size (translation jitter).
-CROP_PAD_FRACTION = 0.125
+MIN_CROP_SCALE = 0.8  # random crops keep at least this fraction of each side
+BRIGHTNESS_DELTA = 0.15
 
 
 @dataclass(frozen=True)
@@ -75,13 +76,23 @@ def _decode(serialized, image_size: int):
     return image, tf.cast(parsed[features.LABEL], tf.int32)
 
 
-def _augment(image, label, image_size: int):
-    pad = int(image_size * CROP_PAD_FRACTION)
-    image = tf.image.random_flip_left_right(image)
-    image = tf.image.resize_with_crop_or_pad(image, image_size + pad, image_size + pad)
-    image = tf.image.random_crop(image, [image_size, image_size, 3])
-    image = tf.image.random_brightness(image, 0.15)
-    return tf.clip_by_value(image, 0.0, 1.0), label
+def _augment_batch(images, labels, image_size: int):
+    """Random flip, crop/scale and brightness for a whole batch at once.
+
+    Vectorised after `batch`: one op per batch instead of five per image
+    (bench/ measured the per-element version at several % of the pipeline).
+    Each image still gets its own flip, crop box and brightness shift.
+    """
+    batch = tf.shape(images)[0]
+    images = tf.image.random_flip_left_right(images)
+    scale = tf.random.uniform([batch, 1], MIN_CROP_SCALE, 1.0)
+    corner = tf.random.uniform([batch, 2]) * (1.0 - scale)
+    boxes = tf.concat([corner, corner + scale], axis=1)  # y1, x1, y2, x2 in [0, 1]
+    images = tf.image.crop_and_resize(
+        images, boxes, tf.range(batch), [image_size, image_size], method="bilinear"
+    )
+    shift = tf.random.uniform([batch, 1, 1, 1], -BRIGHTNESS_DELTA, BRIGHTNESS_DELTA)
+    return tf.clip_by_value(images + shift, 0.0, 1.0), labels
 
 
 def build_dataset(
@@ -131,15 +142,28 @@ def build_dataset(
     if training:
         ds = ds.repeat()
         ds = ds.shuffle(options.shuffle_buffer, seed=options.seed, reshuffle_each_iteration=True)
-        if options.augment:
-            ds = ds.map(
-                lambda image, label: _augment(image, label, options.image_size),
-                num_parallel_calls=AUTOTUNE,
-                deterministic=False,
-            )
     ds = ds.batch(batch_size, drop_remainder=training, num_parallel_calls=AUTOTUNE)
+    if training and options.augment:
+        ds = ds.map(
+            lambda images, labels: _augment_batch(images, labels, options.image_size),
+            num_parallel_calls=AUTOTUNE,
+            deterministic=False,
+        )
     ds = ds.prefetch(AUTOTUNE)
     return ds.with_options(_options(deterministic=not training))
+
+
+def synthetic_dataset(batch_size: int, image_size: int, num_classes: int) -> tf.data.Dataset:
+    """One random batch of the real shapes and dtypes, repeated: input that costs nothing.
+
+    Training on it measures the step alone; the real pipeline's speed divided
+    by this one is the share of training time the input pipeline does not cost.
+    """
+    images = tf.random.stateless_uniform([batch_size, image_size, image_size, 3], seed=[0, 1])
+    labels = tf.random.stateless_uniform(
+        [batch_size], seed=[0, 2], maxval=num_classes, dtype=tf.int32
+    )
+    return tf.data.Dataset.from_tensors((images, labels)).repeat()
 
 
 def measure_throughput(dataset: tf.data.Dataset, batches: int, warmup: int = 5) -> float:

@@ -82,14 +82,40 @@ def parse_example(serialized: tf.Tensor) -> dict[str, tf.Tensor]:
     return tf.io.parse_single_example(serialized, FEATURE_SPEC)
 
 
+JPEG_SCALES = (1, 2, 4, 8)  # the DCT scalings libjpeg decodes at directly
+
+
+def _decode_jpeg_near(encoded: tf.Tensor, image_size: int) -> tf.Tensor:
+    """Decode a JPEG at the smallest DCT scale that still covers `image_size`.
+
+    libjpeg can decode at 1/2, 1/4 or 1/8 of full size for a fraction of the
+    work (it skips most of the inverse DCT); the header gives the size without
+    decoding. A 400 px photo for a 64 px model decodes at 1/4, then the resize
+    works on a small image.
+    """
+    shape = tf.image.extract_jpeg_shape(encoded)
+    shortest = tf.minimum(shape[0], shape[1])
+    scale = tf.add_n([tf.cast(shortest >= image_size * s, tf.int32) for s in JPEG_SCALES[1:]])
+    return tf.switch_case(
+        scale,
+        [lambda s=s: tf.io.decode_jpeg(encoded, channels=3, ratio=s) for s in JPEG_SCALES],
+    )
+
+
 def decode_image(encoded: tf.Tensor, image_size: int) -> tf.Tensor:
-    """Encoded JPEG/PNG bytes -> float32 [image_size, image_size, 3] in [0, 1].
+    """Encoded JPEG/PNG/GIF/BMP/WebP bytes -> float32 [image_size, image_size, 3] in [0, 1].
 
     Used by the training input pipeline and by the exported serving signature,
     so that a served image is preprocessed exactly as a training image was.
     `expand_animations=False` keeps the output rank fixed for GIFs as well.
     """
-    image = tf.io.decode_image(encoded, channels=3, expand_animations=False, dtype=tf.uint8)
+    image = tf.cond(
+        tf.io.is_jpeg(encoded),
+        lambda: _decode_jpeg_near(encoded, image_size),
+        lambda: tf.io.decode_image(encoded, channels=3, expand_animations=False, dtype=tf.uint8),
+    )
     image.set_shape([None, None, 3])
-    image = tf.image.resize(image, [image_size, image_size], antialias=True)
+    # Area averaging: antialiased for downscaling and, unlike `antialias=True`, no slower
+    # than bilinear (bench/: antialias=True cost a third of the pipeline's throughput).
+    image = tf.image.resize(image, [image_size, image_size], method="area")
     return tf.cast(image, tf.float32) / 255.0

@@ -77,8 +77,22 @@ def _stop(workers: list[Worker]) -> None:
 
 
 def launch(
-    num_workers: int, train_args: list[str], *, python: str = sys.executable, sink=sys.stdout
+    num_workers: int,
+    train_args: list[str],
+    *,
+    python: str = sys.executable,
+    sink=sys.stdout,
+    pin_cores: bool = False,
 ) -> int:
+    """Run the workers; with `pin_cores`, worker i runs on core i only (as `taskset -c i`).
+
+    Pinning is for measurement: it shows what the collectives cost when each
+    worker has a core of its own, rather than N workers fighting over the
+    same cores.
+    """
+    cores = sorted(os.sched_getaffinity(0))
+    if pin_cores and num_workers > len(cores):
+        raise ValueError(f"cannot pin {num_workers} workers to {len(cores)} cores")
     ports = free_ports(num_workers)
     lock = threading.Lock()
     workers: list[Worker] = []
@@ -91,6 +105,9 @@ def launch(
             stderr=subprocess.STDOUT,
             text=True,
             env=env,
+            preexec_fn=(lambda core=cores[index]: os.sched_setaffinity(0, {core}))
+            if pin_cores
+            else None,
         )
         worker = Worker(index, process)
         worker.reader = threading.Thread(target=_stream, args=(worker, sink, lock), daemon=True)
@@ -146,12 +163,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--num-workers", type=int, default=2, help="Number of worker processes (default 2)."
     )
+    parser.add_argument(
+        "--pin-cores",
+        action="store_true",
+        help="Run worker i on core i only (for benchmarks; needs as many cores as workers).",
+    )
     args, train_args = parser.parse_known_args(argv)
     if args.num_workers < 1:
         parser.error("--num-workers must be >= 1")
     if not train_args:
         parser.error("no training flags given (at least --data and --output)")
-    return launch(args.num_workers, train_args)
+    if args.pin_cores and args.num_workers > len(os.sched_getaffinity(0)):
+        parser.error(f"--pin-cores needs at least {args.num_workers} cores")
+    return launch(args.num_workers, train_args, pin_cores=args.pin_cores)
 
 
 if __name__ == "__main__":

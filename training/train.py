@@ -32,7 +32,7 @@ import tensorflow as tf
 
 from training import config as train_config
 from training.config import ConfigError, TrainConfig
-from training.data import InputOptions, build_dataset
+from training.data import InputOptions, build_dataset, synthetic_dataset
 from training.distribute import ClusterInfo, cluster_from_env, make_strategy
 from training.export import export_serving_model
 from training.model import build_model
@@ -120,6 +120,12 @@ class Trainer:
         files = self.shards.files(split)
 
         def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
+            if training and self.config.synthetic_input:
+                return synthetic_dataset(
+                    context.get_per_replica_batch_size(self.config.global_batch_size),
+                    self.config.image_size,
+                    self.shards.num_classes,
+                )
             return build_dataset(
                 files,
                 batch_size=context.get_per_replica_batch_size(self.config.global_batch_size),

@@ -34,7 +34,7 @@ def _text(path):
 def _read_split(output, split):
     records = {}
     for path in sorted(glob.glob(os.path.join(output, f"{split}-*"))):
-        for raw in tf.data.TFRecordDataset(path, compression_type="GZIP"):
+        for raw in tf.data.TFRecordDataset(path, compression_type=""):
             parsed = tf.io.parse_single_example(raw, features.FEATURE_SPEC)
             key = parsed[features.IMAGE_ID].numpy().decode()
             assert key not in records, f"{key} written twice"
@@ -127,7 +127,7 @@ def test_rerun_with_other_shard_count_replaces_output_cleanly(sample_images, tmp
         == 0
     )
     first = _json(output / "metadata.json")
-    stale_staging = output / "_staging-deadbeef" / "train-00000-of-00001.tfrecord.gz"
+    stale_staging = output / "_staging-deadbeef" / "train-00000-of-00001.tfrecord"
     stale_staging.parent.mkdir()
     stale_staging.write_bytes(b"left over by a killed run")
 
@@ -139,7 +139,7 @@ def test_rerun_with_other_shard_count_replaces_output_cleanly(sample_images, tmp
     )
     second = _json(output / "metadata.json")
     names = sorted(p.name for p in output.iterdir())
-    shard_files = [n for n in names if n.endswith(".tfrecord.gz")]
+    shard_files = [n for n in names if n.endswith(".tfrecord")]
     assert all("-of-00002" in n for n in shard_files)
     assert len(shard_files) == 6
     assert names == sorted([*shard_files, "_SUCCESS", "errors", "metadata.json"])

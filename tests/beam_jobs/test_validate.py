@@ -21,18 +21,18 @@ def test_complete_shards_pass_with_a_summary(trainable_shards):
 
 
 def test_corrupted_shard_is_reported_by_name(shards_copy):
-    shard = shards_copy / "train-00001-of-00002.tfrecord.gz"
+    shard = shards_copy / "train-00001-of-00002.tfrecord"
     data = bytearray(shard.read_bytes())
     data[len(data) // 2] ^= 0xFF
     shard.write_bytes(bytes(data))
     with pytest.raises(ShardValidationError) as info:
         validate_shards(str(shards_copy), max_error_fraction=0.05)
-    assert any(p.startswith("train-00001-of-00002.tfrecord.gz") for p in info.value.problems)
+    assert any(p.startswith("train-00001-of-00002.tfrecord") for p in info.value.problems)
     assert not any("train-00000" in p for p in info.value.problems)
 
 
 def test_truncated_shard_is_reported(shards_copy):
-    shard = shards_copy / "validation-00000-of-00002.tfrecord.gz"
+    shard = shards_copy / "validation-00000-of-00002.tfrecord"
     shard.write_bytes(shard.read_bytes()[:-100])
     with pytest.raises(ShardValidationError, match="validation-00000-of-00002"):
         validate_shards(str(shards_copy), max_error_fraction=0.05)
@@ -40,11 +40,11 @@ def test_truncated_shard_is_reported(shards_copy):
 
 def test_every_problem_is_listed_at_once(shards_copy):
     (shards_copy / "_SUCCESS").unlink()
-    (shards_copy / "test-00000-of-00002.tfrecord.gz").unlink()
+    (shards_copy / "test-00000-of-00002.tfrecord").unlink()
     with pytest.raises(ShardValidationError) as info:
         validate_shards(str(shards_copy), max_error_fraction=0.05, min_train_shards=4)
     text = str(info.value)
-    assert "no _SUCCESS" in text and "test-00000-of-00002.tfrecord.gz: missing" in text
+    assert "no _SUCCESS" in text and "test-00000-of-00002.tfrecord: missing" in text
     assert "2 train shard(s) for 4 workers" in text
 
 

@@ -69,7 +69,7 @@ def test_two_worker_training_pipelines_read_disjoint_records(trainable_shards):
         own, _ = shard_files(files, 2, pipeline_id)
         ids = set()
         for path in own:
-            for raw in tf.data.TFRecordDataset(path, compression_type="GZIP"):
+            for raw in tf.data.TFRecordDataset(path, compression_type=shard_set.compression_type):
                 ids.add(features.parse_example(raw)[features.IMAGE_ID].numpy())
         seen.append(ids)
     assert seen[0].isdisjoint(seen[1])

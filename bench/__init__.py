@@ -1,0 +1,5 @@
+"""Benchmarks: each stage against its ceiling and against what a user would do instead.
+
+Run by `make bench` (`python -m bench`), never by `make test`; a smoke test runs
+each benchmark at a tiny size so they cannot rot.
+"""

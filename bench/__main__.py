@@ -1,0 +1,66 @@
+"""`make bench`: all four benchmarks side by side in one run, then the report.
+
+    python -m bench [--images N] [--repeats R] [--only NAME ...] [--results DIR]
+
+The defaults take under 10 minutes on 2 cores. `--smoke` runs each at a tiny
+size into a scratch folder (what the test suite does so they cannot rot).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+from bench import common, input_pipeline, orchestration, report, sharding, training
+
+NAMES = ("input_pipeline", "sharding", "training", "orchestration")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--work", type=Path, default=common.REPO / "bench" / ".work")
+    parser.add_argument("--results", type=Path, default=common.RESULTS)
+    parser.add_argument("--images", type=int, default=3000, help="Dataset size (default 3000).")
+    parser.add_argument("--repeats", type=int, default=2, help="Repeats per measurement.")
+    parser.add_argument("--only", nargs="+", choices=NAMES, default=list(NAMES))
+    parser.add_argument("--smoke", action="store_true", help="Tiny sizes: checks, not numbers.")
+    args = parser.parse_args(argv)
+    n, repeats = args.images, args.repeats
+    sizes = [n // 10, n // 3, n]
+    batches, steps, dag_images, epochs = 40, 40, n // 3, 2
+    if args.smoke:
+        n, repeats, sizes, batches, steps, dag_images, epochs = 128, 1, [8, 16, 24], 2, 3, 64, 1
+    started = time.perf_counter()
+    for name in args.only:
+        print(f"== {name}", flush=True)
+        if name == "input_pipeline":
+            input_pipeline.run(
+                args.work,
+                images=n,
+                repeats=repeats + 1,
+                batches=batches,
+                results_dir=args.results,
+            )
+        elif name == "sharding":
+            sharding.run(args.work, sizes=sizes, repeats=repeats, results_dir=args.results)
+        elif name == "training":
+            training.run(
+                args.work, images=n, repeats=repeats, steps=steps, results_dir=args.results
+            )
+        else:
+            orchestration.run(
+                args.work,
+                images=dag_images,
+                repeats=1 if args.smoke else repeats,
+                epochs=epochs,
+                results_dir=args.results,
+            )
+    print(f"benchmarks took {time.perf_counter() - started:.0f}s", flush=True)
+    readme = None if args.smoke or args.results != common.RESULTS else common.REPO / "README.md"
+    report.report(args.results, readme=readme)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,106 @@
+"""Orchestration overhead: the whole DAG run's wall time vs the sum of its tasks' own times.
+
+`airflow dags test` (SQLite, as in `make demo`) runs `image_model_pipeline`
+once on a sample dataset; each task's own time is its start-to-end in the
+metadata database. The tasks run one after another, so what the run takes
+beyond their sum is Airflow's: parsing, scheduling, starting task processes,
+recording state.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import shutil
+import sqlite3
+import sys
+import time
+from pathlib import Path
+
+from bench import common
+
+DAG = "image_model_pipeline"
+
+
+def _seconds(start: str, end: str) -> float:
+    return (dt.datetime.fromisoformat(end) - dt.datetime.fromisoformat(start)).total_seconds()
+
+
+def run_once(work: Path, images: Path, epochs: int) -> dict:
+    home = work / "airflow-home"
+    shutil.rmtree(home, ignore_errors=True)
+    shutil.rmtree(work / "dag-out", ignore_errors=True)
+    bin_dir = Path(sys.executable).parent
+    env = common.bench_env(
+        AIRFLOW_HOME=str(home),
+        AIRFLOW__CORE__DAGS_FOLDER=str(common.REPO / "dags"),
+        AIRFLOW__CORE__LOAD_EXAMPLES="False",
+        IMAGEPIPE_SCHEDULE="",
+        PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+    )
+    common.timed([str(bin_dir / "airflow"), "db", "migrate"], env=env, cwd=common.REPO)
+    conf = {
+        "input_uri": str(images),
+        "output_root": str(work / "dag-out" / "pipeline"),
+        "model_root": str(work / "dag-out" / "models"),
+        "epochs": epochs,
+        "num_workers": 2,
+        "accuracy_gate": 0.0,  # measuring time, not quality
+    }
+    started = time.perf_counter()
+    common.timed(
+        [str(bin_dir / "airflow"), "dags", "test", DAG, "-c", json.dumps(conf)],
+        env=env,
+        cwd=common.REPO,
+    )
+    wall = time.perf_counter() - started
+    with sqlite3.connect(home / "airflow.db") as db:
+        rows = db.execute(
+            "SELECT task_id, start_date, end_date, state FROM task_instance WHERE dag_id = ?",
+            (DAG,),
+        ).fetchall()
+    tasks = {task: _seconds(start, end) for task, start, end, state in rows if state == "success"}
+    if len(tasks) != len(rows) or not tasks:
+        raise RuntimeError(f"the DAG run did not succeed: {rows}")
+    return {"wall_seconds": wall, "task_seconds": tasks, "sum_task_seconds": sum(tasks.values())}
+
+
+def run(
+    work: Path, *, images: int, repeats: int, epochs: int, results_dir: Path = common.RESULTS
+) -> dict:
+    raw = common.sample_images(work, images)
+    runs = [run_once(work, raw, epochs) for _ in range(repeats)]
+    wall = common.summary([r["wall_seconds"] for r in runs])
+    stages = common.summary([r["sum_task_seconds"] for r in runs])
+    result = {
+        "machine": common.machine(),
+        "params": {"images": images, "epochs": epochs, "num_workers": 2, "repeats": repeats},
+        "wall_seconds": wall,
+        "sum_task_seconds": stages,
+        "task_seconds": {
+            task: common.summary([r["task_seconds"][task] for r in runs])
+            for task in runs[0]["task_seconds"]
+        },
+        "overhead_seconds": wall["median"] - stages["median"],
+        "ratio_wall_vs_stages": common.ratio(wall, stages),
+    }
+    common.write_result("orchestration", result, results_dir)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.orchestration", description=__doc__)
+    parser.add_argument("--work", type=Path, default=common.REPO / "bench" / ".work")
+    parser.add_argument("--images", type=int, default=1000)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--epochs", type=int, default=2)
+    args = parser.parse_args(argv)
+    result = run(args.work, images=args.images, repeats=args.repeats, epochs=args.epochs)
+    print({k: round(v, 3) for k, v in result.items() if "ratio" in k or "overhead" in k})
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,140 @@
+"""Turn bench/results/*.json into a Markdown table, a PNG plot and the README's table."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bench import common
+
+START, END = "<!-- bench:start -->", "<!-- bench:end -->"
+
+
+def _rate(summary: dict) -> str:
+    return f"{summary['median']:,.0f} (±{summary['spread'] * 50:.0f}%)"
+
+
+def rows(results: dict) -> list[tuple[str, str, str]]:
+    """(what, measured, ratio) rows; each benchmark adds the ones it has."""
+    out = []
+    if "input_pipeline" in results:
+        r = results["input_pipeline"]
+        ips = r["images_per_second"]
+        out += [
+            ("input pipeline vs decode ceiling (images/s)",
+             f"{_rate(ips['pipeline'])} vs {_rate(ips['ceiling'])}",
+             f"ratio_vs_ceiling {r['ratio_vs_ceiling']:.2f}"),
+            ("input pipeline vs image_dataset_from_directory",
+             f"{_rate(ips['pipeline'])} vs {_rate(ips['naive'])}",
+             f"ratio_vs_naive {r['ratio_vs_naive']:.2f}"),
+            (f"same, shards stored at max side {r['params']['resized_shards_max_side']} px",
+             f"{_rate(ips['pipeline_resized_shards'])} vs ceiling "
+             f"{_rate(ips['ceiling_resized_shards'])}",
+             f"vs ceiling {r['resized_shards_ratio_vs_ceiling']:.2f}, "
+             f"vs naive {r['resized_shards_ratio_vs_naive']:.2f}"),
+        ]  # fmt: skip
+    if "sharding" in results:
+        r = results["sharding"]
+        n = str(r["largest_size"])
+        runs, lines = r["runs"], r["fixed_and_per_image_cost"]
+        out += [
+            (f"Beam job (2 workers) vs Python loop, {n} images (images/s)",
+             f"{runs['beam_2_workers'][n]['images_per_second']:,.0f} vs "
+             f"{runs['python_loop'][n]['images_per_second']:,.0f}",
+             f"ratio_vs_naive {r['ratio_vs_naive']:.2f}"),
+            ("Beam job 2 vs 1 worker processes",
+             f"{runs['beam_2_workers'][n]['images_per_second']:,.0f} vs "
+             f"{runs['beam_1_worker'][n]['images_per_second']:,.0f}",
+             f"ratio_2_vs_1_workers {r['ratio_2_vs_1_workers']:.2f}"),
+            ("fixed start-up s / per-image ms (Beam 2 workers, Python loop)",
+             f"{lines['beam_2_workers']['fixed_seconds']:.1f} s / "
+             f"{lines['beam_2_workers']['seconds_per_image'] * 1e3:.2f} ms, "
+             f"{lines['python_loop']['fixed_seconds']:.1f} s / "
+             f"{lines['python_loop']['seconds_per_image'] * 1e3:.2f} ms",
+             f"marginal_ratio_vs_naive {r['marginal_ratio_vs_naive']:.2f}"),
+        ]  # fmt: skip
+    if "training" in results:
+        r = results["training"]
+        ips = r["images_per_second"]
+        out += [
+            ("training, 2 vs 1 workers, one core each (images/s)",
+             f"{_rate(ips['2_workers'])} vs {_rate(ips['1_worker'])}",
+             f"ratio_2_vs_1_workers {r['ratio_2_vs_1_workers']:.2f} (2.0 = linear)"),
+            ("training on shards vs synthetic in-memory input",
+             f"{_rate(ips['1_worker'])} vs {_rate(ips['1_worker_synthetic'])}",
+             f"input_bound_share {r['input_bound_share']:.2f}"),
+        ]  # fmt: skip
+    if "orchestration" in results:
+        r = results["orchestration"]
+        out.append(
+            ("whole DAG run vs sum of its tasks (s)",
+             f"{r['wall_seconds']['median']:.1f} vs {r['sum_task_seconds']['median']:.1f}",
+             f"ratio_wall_vs_stages {r['ratio_wall_vs_stages']:.2f}")
+        )  # fmt: skip
+    return out
+
+
+def table(results: dict) -> str:
+    machine = next(iter(results.values()))["machine"]
+    lines = [
+        f"Measured on {machine['cores']} cores ({machine['cpu_model']}), TensorFlow "
+        f"{machine['tensorflow']}; median of the repeats (± half the spread).",
+        "",
+        "| benchmark | measured | ratio |",
+        "| --- | --- | --- |",
+    ]
+    lines += [f"| {what} | {measured} | {ratio} |" for what, measured, ratio in rows(results)]
+    return "\n".join(lines) + "\n"
+
+
+def plot(results: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ratios = {}
+    for name, result in results.items():
+        for key, value in result.items():
+            if isinstance(value, float) and ("ratio" in key or "share" in key):
+                ratios[f"{name}: {key}"] = value
+    fig, ax = plt.subplots(figsize=(9, 0.4 * len(ratios) + 1.2))
+    labels = list(ratios)
+    ax.barh(labels, [ratios[k] for k in labels], color="#4878a8")
+    ax.axvline(1.0, color="grey", linewidth=1, linestyle="--")
+    for index, key in enumerate(labels):
+        ax.text(ratios[key], index, f" {ratios[key]:.2f}", va="center", fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("ratio (1.0 = parity)")
+    ax.set_title("imagepipe benchmarks")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def load(results_dir: Path) -> dict:
+    return {
+        p.stem: json.loads(p.read_text())
+        for p in sorted(results_dir.glob("*.json"))
+        if p.stem in ("input_pipeline", "sharding", "training", "orchestration")
+    }
+
+
+def report(results_dir: Path = common.RESULTS, readme: Path | None = None) -> str:
+    results = load(results_dir)
+    if not results:
+        raise SystemExit(f"no results in {results_dir}: run `make bench` first")
+    text = table(results)
+    (results_dir / "results.md").write_text(text)
+    plot(results, results_dir / "results.png")
+    if readme is not None:
+        content = readme.read_text()
+        before, _, rest = content.partition(START)
+        _, _, after = rest.partition(END)
+        readme.write_text(f"{before}{START}\n{text}{END}{after}")
+    print(text)
+    return text
+
+
+if __name__ == "__main__":
+    report(readme=common.REPO / "README.md")
