@@ -99,7 +99,9 @@ def prepare_image(
         image, changed = image.resize(size, Image.Resampling.LANCZOS), True
 
     target_format = ACCEPTED_FORMATS[source_format]
-    if source_format not in ("JPEG", "PNG"):
+    if source_format not in ("JPEG", "PNG") or not _properly_terminated(data, source_format):
+        # Pillow decodes some files TensorFlow refuses (a PNG cut after its last IDAT, a
+        # JPEG without its end marker); store what Pillow decoded, re-encoded.
         changed = True
 
     encoded = _encode(image, target_format) if changed else data
@@ -111,6 +113,12 @@ def prepare_image(
         sha256=hashlib.sha256(encoded).hexdigest(),
         reencoded=changed,
     )
+
+
+def _properly_terminated(data: bytes, source_format: str) -> bool:
+    if source_format == "PNG":
+        return b"IEND" in data[-64:]
+    return b"\xff\xd9" in data[-4096:]  # JPEG EOI; some cameras append trailers after it
 
 
 def _decode_error(err: Exception) -> ImageRejected:

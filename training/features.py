@@ -82,6 +82,11 @@ def parse_example(serialized: tf.Tensor) -> dict[str, tf.Tensor]:
     return tf.io.parse_single_example(serialized, FEATURE_SPEC)
 
 
+# No image may claim more pixels than this (the sharding job's limit too). Checked from the
+# header before decoding: the serving signature takes untrusted bytes, and a few-KB PNG can
+# claim 40000x40000 pixels (4.8 GB decoded).
+MAX_PIXELS = 50_000_000
+
 JPEG_SCALES = (1, 2, 4, 8)  # the DCT scalings libjpeg decodes at directly
 
 
@@ -102,13 +107,65 @@ def _decode_jpeg_near(encoded: tf.Tensor, image_size: int) -> tf.Tensor:
     )
 
 
-def decode_image(encoded: tf.Tensor, image_size: int) -> tf.Tensor:
-    """Encoded JPEG/PNG/GIF/BMP/WebP bytes -> float32 [image_size, image_size, 3] in [0, 1].
+def _header_uint(encoded: tf.Tensor, offset: int, size: int, little_endian: bool) -> tf.Tensor:
+    raw = tf.io.decode_raw(tf.strings.substr(encoded, offset, size), tf.uint8)
+    raw = tf.cast(tf.pad(raw, [[0, size - tf.shape(raw)[0]]]), tf.int64)  # short input: 0
+    weights = tf.constant([256**i for i in range(size)], tf.int64)
+    return tf.reduce_sum(raw * (weights if little_endian else weights[::-1]))
+
+
+def header_pixels(encoded: tf.Tensor) -> tf.Tensor:
+    """Pixels the header claims (int64), without decoding; -1 unless JPEG/PNG/GIF/BMP."""
+
+    def u(offset: int, size: int, little_endian: bool) -> tf.Tensor:
+        return _header_uint(encoded, offset, size, little_endian)
+
+    def jpeg():
+        shape = tf.cast(tf.image.extract_jpeg_shape(encoded), tf.int64)
+        return shape[0] * shape[1]
+
+    def bmp():
+        height = u(22, 4, True)
+        height = tf.where(height >= 2**31, 2**32 - height, height)  # negative: top-down rows
+        return u(18, 4, True) * height
+
+    def starts(magic: bytes) -> tf.Tensor:
+        return tf.equal(tf.strings.substr(encoded, 0, len(magic)), magic)
+
+    return tf.case(
+        [
+            (tf.io.is_jpeg(encoded), jpeg),
+            (starts(b"\x89PNG"), lambda: u(16, 4, False) * u(20, 4, False)),  # IHDR
+            (starts(b"GIF"), lambda: u(6, 2, True) * u(8, 2, True)),  # logical screen
+            (starts(b"BM"), bmp),
+        ],
+        default=lambda: tf.constant(-1, tf.int64),
+        exclusive=False,
+    )
+
+
+def decode_image(encoded: tf.Tensor, image_size: int, max_pixels: int = MAX_PIXELS) -> tf.Tensor:
+    """Encoded JPEG/PNG/GIF/BMP bytes -> float32 [image_size, image_size, 3] in [0, 1].
 
     Used by the training input pipeline and by the exported serving signature,
     so that a served image is preprocessed exactly as a training image was.
     `expand_animations=False` keeps the output rank fixed for GIFs as well.
+    Anything else, and any header claiming more than `max_pixels`, fails with
+    InvalidArgumentError before a byte is decoded.
     """
+    pixels = header_pixels(encoded)
+    checks = [
+        tf.debugging.assert_non_negative(
+            pixels, message="not a JPEG, PNG, GIF or BMP image (or a corrupt header)"
+        ),
+        tf.debugging.assert_less_equal(
+            pixels,
+            tf.constant(max_pixels, tf.int64),
+            message=f"image header claims more than {max_pixels} pixels",
+        ),
+    ]
+    with tf.control_dependencies(checks):
+        encoded = tf.identity(encoded)
     image = tf.cond(
         tf.io.is_jpeg(encoded),
         lambda: _decode_jpeg_near(encoded, image_size),

@@ -1,0 +1,42 @@
+"""Export a model, then send its serving signature hostile bytes; print outcomes and memory.
+
+Run as a subprocess so the process's peak memory (ru_maxrss) belongs to this
+test alone.
+"""
+
+import json
+import resource
+import sys
+
+import tensorflow as tf
+
+from tests.reliability import hostile
+from training.export import export_serving_model
+from training.model import build_model
+
+path = sys.argv[1]
+labels = ["a", "../b", "c/d", "ñandú"]
+export_serving_model(
+    build_model("small_cnn", 32, len(labels)), path, label_names=labels, image_size=32, metadata={}
+)
+serve = tf.saved_model.load(path).signatures["serving_default"]
+odd = hostile.odd_files()
+good = serve(images=tf.constant([odd["progressive.jpg"], odd["rgba.png"]]))
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+outcomes = {}
+for name in ("bomb.png", "bomb.jpg", "bomb.gif", "text.jpg", "tiff.tif", "truncated.jpg"):
+    try:
+        serve(images=tf.constant([odd["progressive.jpg"], odd[name]]))
+        outcomes[name] = "served"
+    except tf.errors.InvalidArgumentError as err:
+        outcomes[name] = " ".join(err.message.split())[:600]
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(
+    json.dumps(
+        {
+            "good_class_names": [n.decode() for n in good["class_name"].numpy()],
+            "outcomes": outcomes,
+            "peak_growth_kb": after - before,
+        }
+    )
+)

@@ -1,0 +1,28 @@
+"""The exported model's serving signature takes untrusted bytes: refuse, don't explode."""
+
+import json
+import subprocess
+import sys
+
+from tests.dags.airflow_env import REPO
+
+
+def test_serving_refuses_bombs_and_garbage_before_decoding(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "tests" / "reliability" / "serve_bombs.py"),
+         str(tmp_path / "model")],
+        capture_output=True, text=True, timeout=300, cwd=REPO,
+        env={"PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "2", "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    outcomes = result["outcomes"]
+    for bomb in ("bomb.png", "bomb.jpg", "bomb.gif"):
+        assert "claims more than 50000000 pixels" in outcomes[bomb], outcomes[bomb]
+    assert "not a JPEG, PNG, GIF or BMP" in outcomes["text.jpg"]
+    assert "not a JPEG, PNG, GIF or BMP" in outcomes["tiff.tif"]
+    assert outcomes["truncated.jpg"] != "served"
+    # A decoded bomb is 1.6 G pixels x 3 bytes; refusing it must not allocate anything like it.
+    assert result["peak_growth_kb"] < 200_000, result["peak_growth_kb"]
+    # Unsafe label names are data, served back verbatim.
+    assert set(result["good_class_names"]) <= {"a", "../b", "c/d", "ñandú"}
