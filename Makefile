@@ -20,7 +20,11 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $@
 
 test: install
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -m "not extended"
+
+# Long fault-injection runs (killed processes, concurrent DAG runs): tests/reliability.
+test-slow: install
+	$(BIN)/python -m pytest -m extended
 
 # Benchmarks (not part of `make test`): bench/results/*.json, table, plot, README table.
 bench: install

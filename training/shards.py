@@ -7,6 +7,7 @@ there exists. Uses `tf.io.gfile`, which reads local paths and `gs://`.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import posixpath
 from dataclasses import dataclass
@@ -58,7 +59,38 @@ class ShardSet:
         ]
         if missing:
             raise ShardError(f"shards listed in {METADATA} are missing: {', '.join(missing[:5])}")
+        # A cheap check of every shard before training (a stat, no read): catches truncated
+        # and replaced files by name. Flipped bits are caught by the record CRCs while reading.
+        wrong_size = [
+            f"{shard['file']} ({tf.io.gfile.stat(path).length} bytes, {METADATA} says "
+            f"{shard['num_bytes']})"
+            for shard, path in shard_set._shards()
+            if "num_bytes" in shard and tf.io.gfile.stat(path).length != shard["num_bytes"]
+        ]
+        if wrong_size:
+            raise ShardError(
+                f"shards in {directory} were changed after the sharding job wrote them: "
+                + ", ".join(wrong_size[:5])
+                + "; rerun the sharding job"
+            )
         return shard_set
+
+    def _shards(self):
+        for split in self.metadata.get("splits", {}).values():
+            for shard in split.get("shards", []):
+                yield shard, posixpath.join(self.directory, shard["file"])
+
+    def corrupt_files(self) -> list[str]:
+        """Shards whose bytes differ from the sha256 in metadata.json (reads every shard)."""
+        corrupt = []
+        for shard, path in self._shards():
+            digest = hashlib.sha256()
+            with tf.io.gfile.GFile(path, "rb") as handle:
+                while chunk := handle.read(1 << 22):
+                    digest.update(chunk)
+            if digest.hexdigest() != shard.get("sha256"):
+                corrupt.append(shard["file"])
+        return corrupt
 
     @property
     def label_names(self) -> list[str]:

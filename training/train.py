@@ -410,7 +410,19 @@ def main(argv: list[str] | None = None) -> int:
         config.architecture,
         shard_set.num_classes,
     )
-    history = trainer.run()
+    try:
+        history = trainer.run()
+    except tf.errors.DataLossError as err:  # a record's CRC or length did not check out
+        corrupt = shard_set.corrupt_files()
+        named = (
+            ", ".join(corrupt) if corrupt else "no shard differs from its sha256 (a read error?)"
+        )
+        print(
+            f"error: corrupt shard data in {config.data} ({err.message.splitlines()[0]}); "
+            f"corrupt: {named}; rerun the sharding job",
+            file=sys.stderr,
+        )
+        return 2
     log.info("%s: final weights fingerprint %s", cluster.name, trainer.weights_fingerprint())
     path = trainer.export(history)
     if path:

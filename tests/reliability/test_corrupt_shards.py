@@ -1,0 +1,42 @@
+"""A damaged shard is named, with a clear error, before or during training; never a hang."""
+
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from tests.dags.airflow_env import REPO
+from training.shards import ShardError, ShardSet
+
+
+@pytest.fixture
+def shards_copy(trainable_shards, tmp_path):
+    return shutil.copytree(trainable_shards, tmp_path / "shards")
+
+
+def _train(shards, out):
+    return subprocess.run(
+        [sys.executable, "-m", "training.train", "--data", str(shards), "--output", str(out),
+         "--epochs", "1", "--global-batch-size", "32"],
+        cwd=REPO, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+
+
+def test_truncated_shard_is_refused_by_name_before_training(shards_copy):
+    shard = sorted(shards_copy.glob("train-*"))[1]
+    shard.write_bytes(shard.read_bytes()[:-100])
+    with pytest.raises(ShardError, match=shard.name + r" \(\d+ bytes, metadata.json says"):
+        ShardSet.open(str(shards_copy))
+
+
+def test_flipped_bits_stop_training_with_the_shard_named(shards_copy, tmp_path):
+    shard = sorted(shards_copy.glob("train-*"))[0]
+    data = bytearray(shard.read_bytes())
+    middle = len(data) // 2
+    data[middle : middle + 16] = bytes(255 - b for b in data[middle : middle + 16])
+    shard.write_bytes(bytes(data))  # same size: only the CRCs can tell
+    proc = _train(shards_copy, tmp_path / "run")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert f"corrupt: {shard.name}; rerun the sharding job" in proc.stderr
+    assert "Traceback" not in proc.stderr
