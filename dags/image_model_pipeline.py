@@ -161,7 +161,9 @@ def _shard_options(params, run_id) -> dict:
     schedule=SCHEDULE,
     start_date=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
     catchup=False,
-    max_active_runs=1,
+    # One run at a time by default (runs publish to the same model name); raise it with
+    # IMAGEPIPE_MAX_ACTIVE_RUNS: runs keep to their own folders and publishing is locked.
+    max_active_runs=int(os.environ.get("IMAGEPIPE_MAX_ACTIVE_RUNS", "1")),
     params=PARAMS,
     render_template_as_native_obj=True,  # pipeline_options renders to a dict
     user_defined_macros={"shard_options": _shard_options, "dataflow_config": dataflow_config},

@@ -23,6 +23,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from training.processes import die_with_parent
+
 TAIL_LINES = 40
 STOP_GRACE_SECONDS = 10.0
 
@@ -105,9 +107,9 @@ def launch(
             stderr=subprocess.STDOUT,
             text=True,
             env=env,
-            preexec_fn=(lambda core=cores[index]: os.sched_setaffinity(0, {core}))
-            if pin_cores
-            else None,
+            preexec_fn=die_with_parent(
+                (lambda core=cores[index]: os.sched_setaffinity(0, {core})) if pin_cores else None
+            ),
         )
         worker = Worker(index, process)
         worker.reader = threading.Thread(target=_stream, args=(worker, sink, lock), daemon=True)

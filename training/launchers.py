@@ -20,6 +20,8 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from training.processes import die_with_parent
+
 log = logging.getLogger(__name__)
 
 LAUNCHERS = ("local", "kubernetes", "vertex")
@@ -67,7 +69,13 @@ def run_local(
         *job.train_args(),
     ]
     emit("running: " + " ".join(command))
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    process = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=die_with_parent(),  # a killed task must not leave training running
+    )
     tail: list[str] = []
     for line in process.stdout:
         emit(line.rstrip("\n"))

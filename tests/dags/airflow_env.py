@@ -3,13 +3,19 @@ configuration once per process)."""
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
+DAG_ID = "image_model_pipeline"
 
 
 def airflow_env(home: Path, **extra: str) -> dict:
@@ -36,3 +42,86 @@ def airflow(env: dict, *args: str, timeout: int = 900) -> subprocess.CompletedPr
         timeout=timeout,
         cwd=REPO,
     )
+
+
+class Standalone:
+    """`airflow standalone` (API server, scheduler, DAG processor, triggerer) on a free port."""
+
+    def __init__(self, home: Path, port: int, **extra_env: str):
+        self.home, self.port = home, port
+        self.base = f"http://localhost:{port}"
+        self.env = airflow_env(
+            home,
+            AIRFLOW__API__PORT=str(port),
+            AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"{self.base}/execution/",
+            **extra_env,
+        )
+        self.log = open(home / "standalone.log", "w")  # noqa: SIM115 (closed in stop)
+        self.process = subprocess.Popen(
+            [str(BIN / "airflow"), "standalone"],
+            env=self.env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+            start_new_session=True,
+        )
+        self.token = None
+
+    def request(self, method, path, body=None, token=True):
+        data = json.dumps(body).encode() if body is not None else None
+        headers = {"Content-Type": "application/json"}
+        if token and self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        req = urllib.request.Request(self.base + path, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=30) as response:
+                return response.status, json.loads(response.read() or b"null")
+        except urllib.error.HTTPError as err:
+            return err.code, err.read().decode()
+
+    def wait_ready(self, timeout=300):
+        deadline = time.monotonic() + timeout
+        password_file = self.home / "simple_auth_manager_passwords.json.generated"
+        while time.monotonic() < deadline:
+            assert self.process.poll() is None, self.tail()
+            try:
+                if password_file.exists():
+                    password = json.loads(password_file.read_text())["admin"]
+                    status, body = self.request(
+                        "POST",
+                        "/auth/token",
+                        {"username": "admin", "password": password},
+                        token=False,
+                    )
+                    if status in (200, 201):
+                        self.token = body["access_token"]
+                        status, _ = self.request("GET", f"/api/v2/dags/{DAG_ID}")
+                        if status == 200:
+                            return
+            except (urllib.error.URLError, ConnectionError, OSError):
+                pass
+            time.sleep(2)
+        raise AssertionError("Airflow did not come up:\n" + self.tail())
+
+    def wait_run(self, run_id, timeout=900):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            status, body = self.request("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}")
+            if status == 200 and body["state"] in ("success", "failed"):
+                return body["state"]
+            time.sleep(3)
+        raise AssertionError(f"run {run_id} did not finish:\n" + self.tail())
+
+    def tail(self):
+        self.log.flush()
+        return (self.home / "standalone.log").read_text()[-5000:]
+
+    def stop(self):
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        self.log.close()

@@ -61,3 +61,22 @@ def test_dockerfiles_pass_hadolint():
     assert len(files) == 3
     proc = subprocess.run([hadolint, *files], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_no_deployment_opens_the_ui_without_login(compose):
+    """Simple auth manager with generated passwords everywhere; never 'all admins' mode."""
+    texts = [
+        (REPO / path).read_text()
+        for path in (
+            "docker/compose.yaml",
+            "scripts/airflow-env.sh",
+            "scripts/demo.sh",
+            "README.md",
+        )
+    ]
+    for text in texts:
+        assert "ALL_ADMINS" not in text.upper().replace("-", "_")
+    environment = compose["services"]["airflow-apiserver"].get("environment") or {}
+    shared = {**compose.get("x-airflow-common", {}).get("environment", {}), **environment}
+    users = shared.get("AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", "admin:admin")
+    assert all(entry.count(":") == 1 for entry in users.split(","))  # user:role, no password
