@@ -100,7 +100,7 @@ def build_dataset(
     *,
     batch_size: int,
     training: bool,
-    compression_type: str = "GZIP",
+    compression_type: str = "",
     options: InputOptions = InputOptions(),
     num_pipelines: int = 1,
     pipeline_id: int = 0,

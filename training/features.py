@@ -9,6 +9,8 @@ detection API), so the shards are readable by tools that expect them.
 
 from __future__ import annotations
 
+import base64
+
 import tensorflow as tf
 
 # Bumped whenever a key, dtype or meaning changes; readers refuse other versions.
@@ -87,7 +89,24 @@ def parse_example(serialized: tf.Tensor) -> dict[str, tf.Tensor]:
 # claim 40000x40000 pixels (4.8 GB decoded).
 MAX_PIXELS = 50_000_000
 
-JPEG_SCALES = (1, 2, 4, 8)  # the DCT scalings libjpeg decodes at directly
+JPEG_SCALES = (1, 2, 4, 8)
+# An 8x8 JPEG, fed to the JPEG-only ops in place of non-JPEG input. Those ops sit in the JPEG
+# branch of a tf.cond, yet inside tf.data the suite once saw ExtractJpegShape run on PNG bytes
+# ("Not a JPEG file: starts with 0x89 0x50"): an optimised graph need not keep a branch's
+# ops behind its predicate. Guarding their input makes any such run harmless and cheap.
+_PLACEHOLDER_JPEG = base64.b64decode(
+    "/9j/4AAQSkZJRgABAQEBLAEsAAD/2wBDAFA3PEY8MlBGQUZaVVBfeMiCeG5uePWvuZHI//////////////////"
+    "//////////////////////////////////2wBDAVVaWnhpeOuCguv//////////////////////////////////"
+    "///////////////////////////////////////wAARCAAIAAgDASIAAhEBAxEB/8QAFQABAQAAAAAAAAAAAAAA"
+    "AAAAAAT/xAAUEAEAAAAAAAAAAAAAAAAAAAAA/8QAFAEBAAAAAAAAAAAAAAAAAAAAAP/EABQRAQAAAAAAAAAAAAAA"
+    "AAAAAAD/2gAMAwEAAhEDEQA/AIgAf//Z"
+)
+
+
+def _jpeg_only(encoded: tf.Tensor) -> tf.Tensor:
+    return tf.where(
+        tf.io.is_jpeg(encoded), encoded, tf.constant(_PLACEHOLDER_JPEG)
+    )  # the DCT scalings libjpeg decodes at directly
 
 
 def _decode_jpeg_near(encoded: tf.Tensor, image_size: int) -> tf.Tensor:
@@ -98,6 +117,7 @@ def _decode_jpeg_near(encoded: tf.Tensor, image_size: int) -> tf.Tensor:
     decoding. A 400 px photo for a 64 px model decodes at 1/4, then the resize
     works on a small image.
     """
+    encoded = _jpeg_only(encoded)
     shape = tf.image.extract_jpeg_shape(encoded)
     shortest = tf.minimum(shape[0], shape[1])
     scale = tf.add_n([tf.cast(shortest >= image_size * s, tf.int32) for s in JPEG_SCALES[1:]])
@@ -121,7 +141,7 @@ def header_pixels(encoded: tf.Tensor) -> tf.Tensor:
         return _header_uint(encoded, offset, size, little_endian)
 
     def jpeg():
-        shape = tf.cast(tf.image.extract_jpeg_shape(encoded), tf.int64)
+        shape = tf.cast(tf.image.extract_jpeg_shape(_jpeg_only(encoded)), tf.int64)
         return shape[0] * shape[1]
 
     def bmp():

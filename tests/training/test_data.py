@@ -79,7 +79,11 @@ def test_two_worker_training_pipelines_read_disjoint_records(trainable_shards):
 def test_throughput_probe_reports_a_rate(trainable_shards):
     shard_set = ShardSet.open(trainable_shards)
     ds = build_dataset(
-        shard_set.files("train"), batch_size=16, training=True, options=InputOptions(image_size=32)
+        shard_set.files("train"),
+        batch_size=16,
+        training=True,
+        compression_type=shard_set.compression_type,
+        options=InputOptions(image_size=32),
     )
     assert measure_throughput(ds, batches=3, warmup=1) > 0
 
