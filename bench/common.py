@@ -45,12 +45,13 @@ def machine() -> dict:
 
 
 def summary(values: list[float]) -> dict:
-    """Median and spread of repeated measurements."""
+    """Median and spread ((max - min) / median) of repeated measurements."""
+    median = statistics.median(values)
     return {
-        "median": statistics.median(values),
+        "median": median,
         "min": min(values),
         "max": max(values),
-        "spread": (max(values) - min(values)) / statistics.median(values) if values[0] else 0.0,
+        "spread": (max(values) - min(values)) / median if median else 0.0,
         "values": values,
     }
 

@@ -39,7 +39,7 @@ def _versions(model_home: str) -> list[int]:
     )
 
 
-def _copy_tree(source: str, target: str) -> None:
+def copy_tree(source: str, target: str) -> None:
     for directory, _, files in tf.io.gfile.walk(source):
         relative = posixpath.relpath(directory, source)
         destination = target if relative == "." else posixpath.join(target, relative)
@@ -119,7 +119,7 @@ def publish_model(
             }
 
     staging = posixpath.join(model_home, f".staging-{uuid.uuid4().hex[:12]}")
-    _copy_tree(model_dir, staging)
+    copy_tree(model_dir, staging)
     tf.io.gfile.makedirs(posixpath.dirname(posixpath.join(staging, PUBLISH_RECORD)))
     with tf.io.gfile.GFile(posixpath.join(staging, PUBLISH_RECORD), "w") as handle:
         json.dump(

@@ -16,21 +16,13 @@ import tensorflow as tf
 
 from training import train
 from training.evaluate import evaluate_saved_model
+from training.publish import copy_tree
 from training.shards import ShardSet
-
-
-def _upload(local_dir: str, remote_dir: str) -> None:
-    for directory, _, files in tf.io.gfile.walk(local_dir):
-        relative = posixpath.relpath(directory, local_dir)
-        target = remote_dir if relative == "." else posixpath.join(remote_dir, relative)
-        tf.io.gfile.makedirs(target)
-        for name in files:
-            tf.io.gfile.copy(posixpath.join(directory, name), posixpath.join(target, name))
 
 
 def test_train_and_evaluate_from_shards_on_a_non_local_filesystem(trainable_shards, tmp_path):
     shards, output = "ram://bucket/shards", str(tmp_path / "train")
-    _upload(trainable_shards, shards)
+    copy_tree(trainable_shards, shards)
     assert ShardSet.open(shards).files("train")[0].startswith("ram://bucket/shards/train-")
 
     code = train.main(
