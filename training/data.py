@@ -71,7 +71,7 @@ def _options(deterministic: bool) -> tf.data.Options:
 
 
 def _decode(serialized, image_size: int):
-    parsed = features.parse_example(serialized)
+    parsed = features.parse_example(serialized, features.TRAINING_KEYS)
     image = features.decode_image(parsed[features.IMAGE_ENCODED], image_size)
     return image, tf.cast(parsed[features.LABEL], tf.int32)
 
