@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     n, repeats = args.images, args.repeats
     sizes = [n // 10, n // 3, n]
-    batches, steps, dag_images, epochs = 40, 40, n // 3, 2
+    batches, steps, dag_images, epochs = 40, 25, n // 6, 2
     if args.smoke:
         n, repeats, sizes, batches, steps, dag_images, epochs = 128, 1, [8, 16, 24], 2, 3, 64, 1
     started = time.perf_counter()
