@@ -116,8 +116,8 @@ def prepare_image(
 
 
 def _properly_terminated(data: bytes, source_format: str) -> bool:
-    if source_format == "PNG":
-        return b"IEND" in data[-64:]
+    if source_format == "PNG":  # the whole IEND chunk, CRC included (a cut one fools Pillow)
+        return b"\x00\x00\x00\x00IEND\xaeB`\x82" in data[-64:]
     return b"\xff\xd9" in data[-4096:]  # JPEG EOI; some cameras append trailers after it
 
 
