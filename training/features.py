@@ -96,7 +96,7 @@ def parse_example(
 # claim 40000x40000 pixels (4.8 GB decoded).
 MAX_PIXELS = 50_000_000
 
-JPEG_SCALES = (1, 2, 4, 8)
+JPEG_SCALES = (1, 2, 4, 8)  # the DCT scalings libjpeg decodes at directly
 # An 8x8 JPEG, fed to the JPEG-only ops in place of non-JPEG input. Those ops sit in the JPEG
 # branch of a tf.cond, yet inside tf.data the suite once saw ExtractJpegShape run on PNG bytes
 # ("Not a JPEG file: starts with 0x89 0x50"): an optimised graph need not keep a branch's
@@ -111,9 +111,7 @@ _PLACEHOLDER_JPEG = base64.b64decode(
 
 
 def _jpeg_only(encoded: tf.Tensor) -> tf.Tensor:
-    return tf.where(
-        tf.io.is_jpeg(encoded), encoded, tf.constant(_PLACEHOLDER_JPEG)
-    )  # the DCT scalings libjpeg decodes at directly
+    return tf.where(tf.io.is_jpeg(encoded), encoded, tf.constant(_PLACEHOLDER_JPEG))
 
 
 def _decode_jpeg_near(encoded: tf.Tensor, image_size: int) -> tf.Tensor:

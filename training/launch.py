@@ -29,6 +29,10 @@ TAIL_LINES = 40
 STOP_GRACE_SECONDS = 10.0
 
 
+class PinningError(ValueError):
+    pass
+
+
 def free_ports(count: int) -> list[int]:
     """Ports the OS reports free now (held open together so they are distinct)."""
     sockets = []
@@ -94,7 +98,7 @@ def launch(
     """
     cores = sorted(os.sched_getaffinity(0))
     if pin_cores and num_workers > len(cores):
-        raise ValueError(f"cannot pin {num_workers} workers to {len(cores)} cores")
+        raise PinningError(f"--pin-cores: cannot pin {num_workers} workers to {len(cores)} cores")
     ports = free_ports(num_workers)
     lock = threading.Lock()
     workers: list[Worker] = []
@@ -175,9 +179,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--num-workers must be >= 1")
     if not train_args:
         parser.error("no training flags given (at least --data and --output)")
-    if args.pin_cores and args.num_workers > len(os.sched_getaffinity(0)):
-        parser.error(f"--pin-cores needs at least {args.num_workers} cores")
-    return launch(args.num_workers, train_args, pin_cores=args.pin_cores)
+    try:
+        return launch(args.num_workers, train_args, pin_cores=args.pin_cores)
+    except PinningError as err:  # raised before any worker starts
+        parser.error(str(err))
 
 
 if __name__ == "__main__":

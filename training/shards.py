@@ -51,22 +51,21 @@ class ShardSet:
                 f"version {features.SCHEMA_VERSION}: reshard with the matching beam_jobs"
             )
         shard_set = cls(directory, metadata)
-        missing = [
-            path
-            for split in metadata.get("splits", {})
-            for path in shard_set.files(split)
-            if not tf.io.gfile.exists(path)
-        ]
+        # One stat per shard before training (no read): catches missing, truncated and
+        # replaced files by name. Flipped bits are caught by the record CRCs while reading.
+        missing, wrong_size = [], []
+        for shard, path in shard_set._shards():
+            try:
+                size = tf.io.gfile.stat(path).length
+            except tf.errors.NotFoundError:
+                missing.append(path)
+                continue
+            if "num_bytes" in shard and size != shard["num_bytes"]:
+                wrong_size.append(
+                    f"{shard['file']} ({size} bytes, {METADATA} says {shard['num_bytes']})"
+                )
         if missing:
             raise ShardError(f"shards listed in {METADATA} are missing: {', '.join(missing[:5])}")
-        # A cheap check of every shard before training (a stat, no read): catches truncated
-        # and replaced files by name. Flipped bits are caught by the record CRCs while reading.
-        wrong_size = [
-            f"{shard['file']} ({tf.io.gfile.stat(path).length} bytes, {METADATA} says "
-            f"{shard['num_bytes']})"
-            for shard, path in shard_set._shards()
-            if "num_bytes" in shard and tf.io.gfile.stat(path).length != shard["num_bytes"]
-        ]
         if wrong_size:
             raise ShardError(
                 f"shards in {directory} were changed after the sharding job wrote them: "
