@@ -9,8 +9,8 @@ from __future__ import annotations
 import argparse
 from dataclasses import asdict, dataclass, field
 
-from beam_jobs.images import DEFAULT_MAX_PIXELS
 from beam_jobs.splits import SPLIT_NAMES
+from shardspec.example import MAX_PIXELS
 
 COMPRESSIONS = ("gzip", "none")
 DEFAULT_SPLITS = "train=0.8,validation=0.1,test=0.1"
@@ -58,7 +58,7 @@ class ShardConfig:
     min_shards: int = 2
     compression: str = "none"
     max_error_fraction: float = 0.05
-    max_pixels: int = DEFAULT_MAX_PIXELS
+    max_pixels: int = MAX_PIXELS
     label_map: str | None = None
 
     def __post_init__(self) -> None:
@@ -153,9 +153,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-pixels",
         type=int,
-        default=DEFAULT_MAX_PIXELS,
+        default=MAX_PIXELS,
         help="Reject images whose header claims more pixels than this, before decoding "
-        f"them (decompression-bomb guard; default {DEFAULT_MAX_PIXELS}).",
+        f"them (decompression-bomb guard; default {MAX_PIXELS}).",
     )
     parser.add_argument(
         "--label-map",

@@ -16,14 +16,14 @@ from dataclasses import dataclass
 
 from PIL import Image, ImageOps, UnidentifiedImageError
 
+from shardspec.example import MAX_PIXELS
+
 # Formats accepted as input. JPEG and PNG are stored as they are; the others are
 # converted to PNG (lossless) because the trainer's decoder is only fed JPEG/PNG.
 ACCEPTED_FORMATS = {"JPEG": "jpeg", "PNG": "png", "GIF": "png", "BMP": "png", "WEBP": "png"}
 # Modes TensorFlow's decoders read directly into uint8 with channels=3.
 PASSTHROUGH_MODES = {"RGB", "L"}
 JPEG_REENCODE_QUALITY = 95
-# Refuse anything whose header claims more pixels than this, before decoding it.
-DEFAULT_MAX_PIXELS = 50_000_000
 EXIF_ORIENTATION = 0x0112
 
 
@@ -46,9 +46,7 @@ class PreparedImage:
     reencoded: bool
 
 
-def prepare_image(
-    data: bytes, *, max_side: int = 0, max_pixels: int = DEFAULT_MAX_PIXELS
-) -> PreparedImage:
+def prepare_image(data: bytes, *, max_side: int = 0, max_pixels: int = MAX_PIXELS) -> PreparedImage:
     """Validate `data` as an image and return what should be stored for it.
 
     Raises ImageRejected for empty, non-image, truncated or oversized input.

@@ -24,8 +24,8 @@ from apache_beam.io.filesystems import FileSystems
 from beam_jobs.config import ShardConfig
 from beam_jobs.plan import Plan
 from beam_jobs.splits import SPLIT_NAMES
-from beam_jobs.tfrecord_io import encode_shard, shard_name
-from training import features
+from shardspec.example import SCHEMA_VERSION
+from shardspec.tfrecord import encode_shard, shard_name
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +128,7 @@ def build_metadata(
     num_errors = len(errors)
     error_fraction = num_errors / num_inputs if num_inputs else 0.0
     return {
-        "schema_version": features.SCHEMA_VERSION,
+        "schema_version": SCHEMA_VERSION,
         "created_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "label_map": dict(sorted(plan.label_map.items(), key=lambda kv: kv[1])),
         "num_classes": len(plan.label_map),

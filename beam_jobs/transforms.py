@@ -18,8 +18,8 @@ from apache_beam.metrics import Metrics
 from beam_jobs.images import ImageRejected, prepare_image
 from beam_jobs.output import write_bytes
 from beam_jobs.plan import WorkItem
-from beam_jobs.tfrecord_io import encode_shard, shard_name
-from training import features
+from shardspec.example import encode_example
+from shardspec.tfrecord import encode_shard, shard_name
 
 RECORDS = "records"
 ERRORS = "errors"
@@ -72,7 +72,7 @@ class ReadImageFn(beam.DoFn):
             return
         if image.reencoded:
             self.images_reencoded.inc()
-        example = features.encode_example(
+        example = encode_example(
             encoded=image.encoded,
             image_format=image.image_format,
             height=image.height,

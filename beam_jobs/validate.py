@@ -14,9 +14,8 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
 from beam_jobs.output import METADATA, SUCCESS
-from beam_jobs.tfrecord_io import CorruptShardError, iter_records
-
-SCHEMA_VERSION = 1  # must equal training.features.SCHEMA_VERSION (a test keeps them equal)
+from shardspec.example import SCHEMA_VERSION
+from shardspec.tfrecord import CorruptShardError, iter_records
 
 
 class ShardValidationError(ValueError):

@@ -49,7 +49,7 @@ def encoded_images(shards: Path) -> tf.Tensor:
     shard_set = ShardSet.open(str(shards))
     records = tf.data.TFRecordDataset(
         shard_set.files("train"), compression_type=shard_set.compression_type
-    ).map(lambda r: features.parse_example(r)["image/encoded"])
+    ).map(lambda r: features.parse_example(r, (features.IMAGE_ENCODED,))[features.IMAGE_ENCODED])
     return tf.stack(list(records))
 
 

@@ -2,9 +2,9 @@
 
     python -m bench.python_loop_shard IMAGES OUT.tfrecord
 
-Same validation and the same Examples as the job (it calls the job's own
-`prepare_image` and `encode_example`), no splits, no dead letters, no
-staging: the baseline the sharding benchmark compares against.
+Same validation and the same Examples as the job (the job's own `prepare_image`;
+each record built with `tf.train.Example`, as a user would), no splits, no dead
+letters, no staging: the baseline the sharding benchmark compares against.
 """
 
 from __future__ import annotations
@@ -16,7 +16,15 @@ import sys
 import tensorflow as tf
 
 from beam_jobs.images import ImageRejected, prepare_image
-from training.features import encode_example
+from shardspec import example as spec
+
+
+def _bytes(value: bytes) -> tf.train.Feature:
+    return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
+
+
+def _int(value: int) -> tf.train.Feature:
+    return tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,18 +41,18 @@ def main(argv: list[str] | None = None) -> int:
                     image = prepare_image(data)
                 except ImageRejected:
                     continue
-                writer.write(
-                    encode_example(
-                        encoded=image.encoded,
-                        image_format=image.image_format,
-                        height=image.height,
-                        width=image.width,
-                        image_id=hashlib.sha256(path.encode()).hexdigest(),
-                        sha256=image.sha256,
-                        label=label_id,
-                        label_text=label,
-                    )
-                )
+                feature = {
+                    spec.IMAGE_ENCODED: _bytes(image.encoded),
+                    spec.IMAGE_FORMAT: _bytes(image.image_format.encode()),
+                    spec.IMAGE_HEIGHT: _int(image.height),
+                    spec.IMAGE_WIDTH: _int(image.width),
+                    spec.IMAGE_ID: _bytes(hashlib.sha256(path.encode()).hexdigest().encode()),
+                    spec.IMAGE_SHA256: _bytes(image.sha256.encode()),
+                    spec.LABEL: _int(label_id),
+                    spec.LABEL_TEXT: _bytes(label.encode()),
+                }
+                example = tf.train.Example(features=tf.train.Features(feature=feature))
+                writer.write(example.SerializeToString(deterministic=True))
                 written += 1
     print(f"wrote {written} records to {output}")
     return 0

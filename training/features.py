@@ -1,10 +1,11 @@
-"""The TFRecord record contract, shared by the Beam writer and the tf.data reader.
+"""TensorFlow's side of the record contract: parse and decode what `shardspec` defines.
 
-Nothing else in the project spells a feature key: the sharding job builds its
-`tf.train.Example`s with `encode_example`, training and the serving signature
-parse and decode with `parse_example` / `decode_image` from here. The keys follow
-the conventions of TensorFlow's own model code (Model Garden, the object
-detection API), so the shards are readable by tools that expect them.
+The keys, schema version and limits live in `shardspec.example` (no TensorFlow);
+the sharding job writes with its encoder, and training and the serving signature
+parse and decode with `parse_example` / `decode_image` from here, so a served
+image is preprocessed exactly as a training image was. The keys follow the
+conventions of TensorFlow's own model code (Model Garden, the object detection
+API), so the shards are readable by tools that expect them.
 """
 
 from __future__ import annotations
@@ -13,74 +14,26 @@ import base64
 
 import tensorflow as tf
 
-# Bumped whenever a key, dtype or meaning changes; readers refuse other versions.
-SCHEMA_VERSION = 1
+from shardspec.example import (  # noqa: F401  (the contract, re-exported for training code)
+    FEATURE_KINDS,
+    IMAGE_ENCODED,
+    IMAGE_FORMAT,
+    IMAGE_HEIGHT,
+    IMAGE_ID,
+    IMAGE_SHA256,
+    IMAGE_WIDTH,
+    LABEL,
+    LABEL_TEXT,
+    MAX_PIXELS,
+    SCHEMA_VERSION,
+    TRAINING_KEYS,
+)
 
-IMAGE_ENCODED = "image/encoded"
-IMAGE_FORMAT = "image/format"
-IMAGE_HEIGHT = "image/height"
-IMAGE_WIDTH = "image/width"
-IMAGE_ID = "image/id"
-IMAGE_SHA256 = "image/key/sha256"
-LABEL = "image/class/label"
-LABEL_TEXT = "image/class/text"
-
-# Formats a record may carry; anything else is re-encoded by the writer.
-STORED_FORMATS = ("jpeg", "png")
-
+_DTYPES = {"bytes": tf.string, "int64": tf.int64}
 FEATURE_SPEC = {
-    IMAGE_ENCODED: tf.io.FixedLenFeature([], tf.string),
-    IMAGE_FORMAT: tf.io.FixedLenFeature([], tf.string),
-    IMAGE_HEIGHT: tf.io.FixedLenFeature([], tf.int64),
-    IMAGE_WIDTH: tf.io.FixedLenFeature([], tf.int64),
-    IMAGE_ID: tf.io.FixedLenFeature([], tf.string),
-    IMAGE_SHA256: tf.io.FixedLenFeature([], tf.string, default_value=""),
-    LABEL: tf.io.FixedLenFeature([], tf.int64),
-    LABEL_TEXT: tf.io.FixedLenFeature([], tf.string),
+    key: tf.io.FixedLenFeature([], _DTYPES[kind], default_value="" if key == IMAGE_SHA256 else None)
+    for key, kind in FEATURE_KINDS.items()
 }
-
-
-def _bytes(value: bytes) -> tf.train.Feature:
-    return tf.train.Feature(bytes_list=tf.train.BytesList(value=[value]))
-
-
-def _int(value: int) -> tf.train.Feature:
-    return tf.train.Feature(int64_list=tf.train.Int64List(value=[value]))
-
-
-def encode_example(
-    *,
-    encoded: bytes,
-    image_format: str,
-    height: int,
-    width: int,
-    image_id: str,
-    sha256: str,
-    label: int,
-    label_text: str,
-) -> bytes:
-    """Serialise one image record. Keyword-only so a swapped height/width cannot slip by."""
-    if image_format not in STORED_FORMATS:
-        raise ValueError(f"image_format must be one of {STORED_FORMATS}, got {image_format!r}")
-    example = tf.train.Example(
-        features=tf.train.Features(
-            feature={
-                IMAGE_ENCODED: _bytes(encoded),
-                IMAGE_FORMAT: _bytes(image_format.encode()),
-                IMAGE_HEIGHT: _int(height),
-                IMAGE_WIDTH: _int(width),
-                IMAGE_ID: _bytes(image_id.encode("utf-8")),
-                IMAGE_SHA256: _bytes(sha256.encode()),
-                LABEL: _int(label),
-                LABEL_TEXT: _bytes(label_text.encode("utf-8")),
-            }
-        )
-    )
-    return example.SerializeToString(deterministic=True)
-
-
-# What training reads of each record; parsing only these is measurably cheaper (bench/).
-TRAINING_KEYS = (IMAGE_ENCODED, LABEL)
 
 
 def parse_example(
@@ -90,11 +43,6 @@ def parse_example(
     spec = FEATURE_SPEC if keys is None else {key: FEATURE_SPEC[key] for key in keys}
     return tf.io.parse_single_example(serialized, spec)
 
-
-# No image may claim more pixels than this (the sharding job's limit too). Checked from the
-# header before decoding: the serving signature takes untrusted bytes, and a few-KB PNG can
-# claim 40000x40000 pixels (4.8 GB decoded).
-MAX_PIXELS = 50_000_000
 
 JPEG_SCALES = (1, 2, 4, 8)  # the DCT scalings libjpeg decodes at directly
 # An 8x8 JPEG, fed to the JPEG-only ops in place of non-JPEG input. Those ops sit in the JPEG

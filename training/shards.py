@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import tensorflow as tf
 
-from training import features
+from shardspec.example import SCHEMA_VERSION
 
 SUCCESS = "_SUCCESS"
 METADATA = "metadata.json"
@@ -45,10 +45,10 @@ class ShardSet:
         except (tf.errors.NotFoundError, json.JSONDecodeError) as err:
             raise ShardError(f"cannot read {directory}/{METADATA}: {err}") from None
         version = metadata.get("schema_version")
-        if version != features.SCHEMA_VERSION:
+        if version != SCHEMA_VERSION:
             raise ShardError(
                 f"{directory}/{METADATA} has schema_version {version!r}; this trainer reads "
-                f"version {features.SCHEMA_VERSION}: reshard with the matching beam_jobs"
+                f"version {SCHEMA_VERSION}: reshard with the matching beam_jobs"
             )
         shard_set = cls(directory, metadata)
         # One stat per shard before training (no read): catches missing, truncated and

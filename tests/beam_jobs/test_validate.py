@@ -3,8 +3,7 @@ import shutil
 
 import pytest
 
-from beam_jobs.validate import SCHEMA_VERSION, ShardValidationError, validate_shards
-from training import features
+from beam_jobs.validate import ShardValidationError, validate_shards
 
 
 @pytest.fixture
@@ -54,8 +53,3 @@ def test_error_fraction_over_the_limit_fails(shards_copy):
     (shards_copy / "metadata.json").write_text(json.dumps(metadata))
     with pytest.raises(ShardValidationError, match=r"error fraction 20\.0%"):
         validate_shards(str(shards_copy), max_error_fraction=0.05)
-
-
-def test_schema_version_matches_the_record_contract():
-    # validate.py must not import TensorFlow, so it keeps its own copy of the number.
-    assert SCHEMA_VERSION == features.SCHEMA_VERSION

@@ -14,9 +14,8 @@ import tensorflow as tf
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from beam_jobs.images import DEFAULT_MAX_PIXELS, ImageRejected, prepare_image
+from beam_jobs.images import ImageRejected, prepare_image
 from tests.reliability import hostile
-from training import features
 
 REASONS = {
     "empty_file",
@@ -65,10 +64,6 @@ def test_odd_files_are_converted_or_dead_lettered_precisely(name):
 def test_exif_orientation_is_applied_not_ignored():
     image = _check(ODD["exif_rotated.jpg"])
     assert (image.width, image.height) == (30, 40)  # stored 40x30, shown rotated
-
-
-def test_the_pixel_limits_agree_between_sharding_and_serving():
-    assert DEFAULT_MAX_PIXELS == features.MAX_PIXELS
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

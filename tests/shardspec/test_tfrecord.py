@@ -1,7 +1,7 @@
 import pytest
 import tensorflow as tf
 
-from beam_jobs.tfrecord_io import encode_shard, shard_name, tf_compression_type
+from shardspec.tfrecord import encode_shard, shard_name, tf_compression_type
 
 
 @pytest.mark.parametrize("compression", ["gzip", "none"])
