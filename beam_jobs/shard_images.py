@@ -2,7 +2,8 @@
 
     python -m beam_jobs.shard_images --input IMAGES --output SHARDS [Beam options]
 
-Runs on Beam's local runner, on both cores, unless a `--runner` is given;
+Runs on Beam's local runner (in-process or one worker per core, by input
+size: beam_jobs/local_runner.py) unless a `--runner` is given;
 `--runner DataflowRunner --project ... --region ... --temp_location gs://...`
 (or Flink/Spark with their usual options) runs the same pipeline elsewhere.
 Exit codes: 0 done, 1 too many rejected images, 2 bad parameters or input.
@@ -12,19 +13,19 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 import time
 from dataclasses import dataclass
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
 from beam_jobs import output as out
 from beam_jobs.config import ConfigError, ShardConfig, add_arguments, config_from_args
+from beam_jobs.local_runner import LOCAL_RUNNER, LOCAL_RUNNER_NAMES, choose_local_mode
 from beam_jobs.plan import InputError, WorkItem, build_plan
-from beam_jobs.transforms import ERRORS, RECORDS, ReadImages, WriteJsonLines, WriteShards
+from beam_jobs.transforms import ERRORS, FRAGMENTS, ReadImages, WriteJsonLines, WriteShards
 
 log = logging.getLogger("beam_jobs.shard_images")
 
@@ -59,7 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
         allow_abbrev=False,  # an abbreviation would hide a typo in a Beam flag
         description="Shard raw images into TFRecords. Flags not listed here are passed to "
         "Beam as pipeline options (--runner, --direct_num_workers, --project, --region, "
-        "--temp_location, ...). Without --runner the local DirectRunner uses all cores.",
+        "--temp_location, ...). Without --runner (or with DirectRunner) Beam's local "
+        "FnApiRunner runs it, in this process for small inputs and in one worker process "
+        "per core for large ones; --direct_running_mode/--direct_num_workers override that.",
     )
     add_arguments(parser)
     return parser
@@ -84,22 +87,36 @@ def _beam_flag_parser() -> argparse.ArgumentParser:
 
 
 def pipeline_options(beam_args: list[str]) -> PipelineOptions:
-    """Validate pass-through flags (a typo is an error, not a silent no-op) and
-    default to the multi-process local runner on all cores."""
+    """Validate pass-through flags (a typo is an error, not a silent no-op); a local
+    run gets Beam's FnApiRunner by name (see beam_jobs/local_runner.py)."""
     _, unknown = _beam_flag_parser().parse_known_args(beam_args)
     unknown = [arg for arg in unknown if arg.startswith("-")]
     if unknown:
         raise ConfigError(f"unknown flag(s): {' '.join(unknown)} (see --help)")
-    args = list(beam_args)
-    runner = PipelineOptions(args).view_as(StandardOptions).runner
-    if runner is None:
-        args.append("--runner=DirectRunner")
-    if runner in (None, "DirectRunner"):
-        if not any(a.startswith("--direct_num_workers") for a in args):
-            args.append(f"--direct_num_workers={os.cpu_count() or 1}")
-        if not any(a.startswith("--direct_running_mode") for a in args):
-            args.append("--direct_running_mode=multi_processing")
-    return PipelineOptions(args)
+    options = PipelineOptions(list(beam_args))
+    standard = options.view_as(StandardOptions)
+    if standard.runner in LOCAL_RUNNER_NAMES:
+        standard.runner = LOCAL_RUNNER
+        direct = options.view_as(DirectOptions)
+        if (direct.direct_num_workers or 1) > 1 and not any(
+            arg.startswith("--direct_running_mode") for arg in beam_args
+        ):
+            direct.direct_running_mode = "multi_processing"  # workers asked for: processes
+    return options
+
+
+def sets_local_parallelism(beam_args: list[str]) -> bool:
+    return any(
+        arg.startswith(("--direct_running_mode", "--direct_num_workers")) for arg in beam_args
+    )
+
+
+def describe_runner(options: PipelineOptions) -> str:
+    runner = options.view_as(StandardOptions).runner
+    if runner != LOCAL_RUNNER:
+        return runner
+    direct = options.view_as(DirectOptions)
+    return f"{runner} ({direct.direct_running_mode}, {direct.direct_num_workers or 1} worker(s))"
 
 
 def build_pipeline(
@@ -114,8 +131,8 @@ def build_pipeline(
         | "ReadPlan" >> beam.io.ReadFromText(plan_path)
         | "ParsePlan" >> beam.Map(WorkItem.from_json)
     )
-    results = items | "ReadImages" >> ReadImages(config.max_side, config.max_pixels)
-    reports = results[RECORDS] | "WriteShards" >> WriteShards(
+    results = items | "ReadImages" >> ReadImages(staging, config.max_side, config.max_pixels)
+    reports = results[FRAGMENTS] | "WriteShards" >> WriteShards(
         staging, shard_counts, config.compression, config.shard_suffix
     )
     reports | "WriteShardReports" >> WriteJsonLines(out.join(staging, "_reports", "shards"))
@@ -124,8 +141,15 @@ def build_pipeline(
     )
 
 
-def shard_images(config: ShardConfig, options: PipelineOptions) -> ShardResult:
-    """Plan, run the pipeline, publish. Raises InputError / ErrorBudgetExceeded."""
+def shard_images(
+    config: ShardConfig, options: PipelineOptions, *, choose_local: bool = False
+) -> ShardResult:
+    """Plan, run the pipeline, publish. Raises InputError / ErrorBudgetExceeded.
+
+    `choose_local`: on the local runner, pick in-process or one worker process
+    per core by the planned number of images (what `beam_jobs.local_runner`
+    measured faster), instead of what `options` says.
+    """
     started = time.monotonic()
     # Listing, staging and publishing run in this process, outside the pipeline: give
     # Beam's filesystems the same options (credentials, project) the workers get.
@@ -136,7 +160,11 @@ def shard_images(config: ShardConfig, options: PipelineOptions) -> ShardResult:
     plan_path = out.join(staging, "_plan", "inputs.jsonl")
     out.write_bytes(plan_path, "".join(i.to_json() + "\n" for i in plan.items).encode())
 
-    runner = options.view_as(StandardOptions).runner or "DirectRunner"
+    if choose_local and options.view_as(StandardOptions).runner == LOCAL_RUNNER:
+        mode = choose_local_mode(plan.num_inputs)
+        direct = options.view_as(DirectOptions)
+        direct.direct_running_mode, direct.direct_num_workers = mode.running_mode, mode.workers
+    runner = describe_runner(options)
     log.info("running the sharding pipeline on %s (staging %s)", runner, staging)
     with beam.Pipeline(options=options) as pipeline:
         build_pipeline(pipeline, config, plan_path, staging, plan.shard_counts)
@@ -168,7 +196,7 @@ def run(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         parser.error(str(err))  # exits 2 with the usage line
     try:
-        result = shard_images(config, options)
+        result = shard_images(config, options, choose_local=not sets_local_parallelism(beam_args))
     except InputError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -92,10 +92,16 @@ def sample_images(work: Path, images: int, seed: int = 0) -> Path:
 
 
 def shard(
-    images: Path, output: Path, *, workers: int = 0, min_shards: int = 4, max_side: int = 0
+    images: Path,
+    output: Path,
+    *,
+    workers: int = 0,
+    min_shards: int = 4,
+    max_side: int = 0,
+    flags: tuple[str, ...] | list[str] = (),
 ) -> float:
     """Run the sharding job as a user would (its CLI, local runner); return its wall seconds."""
-    flags = [
+    command = [
         sys.executable,
         "-m",
         "beam_jobs.shard_images",
@@ -107,10 +113,11 @@ def shard(
         str(min_shards),
         "--max-side",
         str(max_side),
+        *flags,
     ]
     if workers:
-        flags += ["--direct_running_mode=multi_processing", f"--direct_num_workers={workers}"]
-    return timed(flags, cwd=REPO, env=bench_env())
+        command += ["--direct_running_mode=multi_processing", f"--direct_num_workers={workers}"]
+    return timed(command, cwd=REPO, env=bench_env())
 
 
 def sharded(work: Path, images: Path, max_side: int = 0) -> Path:

@@ -52,6 +52,23 @@ def rows(results: dict) -> list[tuple[str, str, str]]:
              f"{lines['python_loop']['fixed_seconds']:.1f} s / "
              f"{lines['python_loop']['seconds_per_image'] * 1e3:.2f} ms",
              f"marginal_ratio_vs_naive {r['marginal_ratio_vs_naive']:.2f}"),
+            ("Beam job scaling: images/s at "
+             + ", ".join(sorted(runs["beam_2_workers"], key=int))
+             + " images (in-process; 1; 2 worker processes)",
+             "; ".join(
+                 ", ".join(f"{runs[m][k]['images_per_second']:,.0f}"
+                           for k in sorted(runs[m], key=int))
+                 for m in ("beam_in_process", "beam_1_worker", "beam_2_workers")
+             ),
+             f"marginal_ratio_2_vs_1_workers {r['marginal_ratio_2_vs_1_workers']:.2f}"),
+            (f"Beam job default (runner picks by size) vs Python loop, {n} images",
+             f"{runs['beam_default'][n]['images_per_second']:,.0f} vs "
+             f"{runs['python_loop'][n]['images_per_second']:,.0f}",
+             f"ratio_default_vs_naive {r['ratio_default_vs_naive']:.2f}"),
+            ("fixed start-up s / per-image ms (Beam in one process)",
+             f"{lines['beam_in_process']['fixed_seconds']:.1f} s / "
+             f"{lines['beam_in_process']['seconds_per_image'] * 1e3:.2f} ms",
+             f"2 workers vs in-process {r['ratio_2_workers_vs_in_process']:.2f}"),
         ]  # fmt: skip
     if "training" in results:
         r = results["training"]

@@ -2,10 +2,11 @@
 
 At three dataset sizes, so that each method's wall time splits into a fixed
 start-up cost and a per-image cost (a least-squares line through
-(images, seconds)). At the largest size the job also runs with 1 worker
-process, against 2 (DirectRunner multi_processing), to show how it grows
-with cores. Every run
-is a fresh process, as a user would start it.
+(images, seconds)): the job with 2 worker processes, in one process, and with
+its default (which picks between those two by input size, from the costs
+measured here: beam_jobs/local_runner.py), against the loop. The job also runs
+with 1 worker process at every size, against 2, to show how it grows with cores.
+Every run is a fresh process, as a user would start it.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from pathlib import Path
 
 from bench import common
 
-METHODS = ("python_loop", "beam_1_worker", "beam_2_workers")
-FITTED = ("python_loop", "beam_2_workers")
+METHODS = ("python_loop", "beam_in_process", "beam_1_worker", "beam_2_workers", "beam_default")
+FITTED = METHODS
 
 
 def run_once(method: str, images: Path, out: Path) -> float:
@@ -28,7 +29,10 @@ def run_once(method: str, images: Path, out: Path) -> float:
         out.mkdir(parents=True)
         command = [sys.executable, "-m", "bench.python_loop_shard", str(images), str(out / "all")]
         return common.timed(command, cwd=common.REPO, env=common.bench_env())
-    return common.shard(images, out, workers=1 if method == "beam_1_worker" else 2)
+    if method == "beam_in_process":
+        return common.shard(images, out, flags=["--direct_running_mode=in_memory"])
+    workers = {"beam_1_worker": 1, "beam_2_workers": 2}.get(method, 0)  # 0: the job's default
+    return common.shard(images, out, workers=workers)
 
 
 def fit_line(points: list[tuple[int, float]]) -> dict:
@@ -51,10 +55,7 @@ def run(work: Path, *, sizes: list[int], repeats: int, results_dir: Path = commo
     for size in sizes:
         images = common.sample_images(work, size)
         count = sum(1 for p in images.rglob("*") if p.is_file() and not p.name.startswith("."))
-        # 1 worker only at the largest size: it answers how the job grows with workers;
-        # the fixed/per-image split needs only the two methods compared.
-        methods = METHODS if size == max(sizes) else FITTED
-        for method in methods:
+        for method in METHODS:
             seconds = [run_once(method, images, work / f"out-{method}") for _ in range(repeats)]
             per_size[method][count] = {
                 "seconds": common.summary(seconds),
@@ -76,7 +77,12 @@ def run(work: Path, *, sizes: list[int], repeats: int, results_dir: Path = commo
         "largest_size": largest,
         "ratio_vs_naive": at_largest("beam_2_workers") / at_largest("python_loop"),
         "ratio_2_vs_1_workers": at_largest("beam_2_workers") / at_largest("beam_1_worker"),
+        "ratio_default_vs_naive": at_largest("beam_default") / at_largest("python_loop"),
+        "ratio_2_workers_vs_in_process": at_largest("beam_2_workers")
+        / at_largest("beam_in_process"),
         "marginal_ratio_vs_naive": lines["python_loop"]["seconds_per_image"]
+        / lines["beam_2_workers"]["seconds_per_image"],
+        "marginal_ratio_2_vs_1_workers": lines["beam_1_worker"]["seconds_per_image"]
         / lines["beam_2_workers"]["seconds_per_image"],
     }
     common.write_result("sharding", result, results_dir)

@@ -36,8 +36,13 @@ def frame_record(data: bytes) -> bytes:
 
 
 def encode_shard(records: Iterable[bytes], compression: str) -> bytes:
-    """All records of one shard as file bytes. gzip with mtime=0 keeps them reproducible."""
-    body = b"".join(frame_record(record) for record in records)
+    """All records of one shard as file bytes."""
+    return compress_shard(b"".join(frame_record(record) for record in records), compression)
+
+
+def compress_shard(body: bytes, compression: str) -> bytes:
+    """Framed records (concatenated `frame_record`s) as file bytes. gzip with mtime=0
+    keeps them reproducible."""
     if compression == "gzip":
         return gzip.compress(body, compresslevel=6, mtime=0)
     if compression == "none":

@@ -4,6 +4,7 @@ from collections import Counter
 
 import pytest
 
+from beam_jobs import plan as plan_module
 from beam_jobs.config import ShardConfig
 from beam_jobs.plan import InputError, build_plan
 
@@ -55,6 +56,24 @@ def test_shards_are_balanced_and_bounded(tmp_path):
     assert plan.shard_counts == {"train": 4, "validation": 0, "test": 0}
     sizes = Counter(item.shard for item in plan.items)
     assert sorted(sizes.values()) == [25, 26, 26, 26]
+
+
+def test_chunks_are_consecutive_runs_of_a_shard_in_key_order(tmp_path, monkeypatch):
+    monkeypatch.setattr(plan_module, "CHUNK_IMAGES", 4)
+    root = tmp_path / "images"
+    for i in range(30):
+        _touch(str(root / f"c{i % 2}" / f"{i:02d}.png"))
+    plan = build_plan(
+        _config(
+            tmp_path,
+            root,
+            num_shards=2,
+            split_fractions={"train": 1.0, "validation": 0.0, "test": 0.0},
+        )
+    )
+    for shard in (0, 1):
+        members = sorted((i for i in plan.items if i.shard == shard), key=lambda i: i.key)
+        assert [i.chunk for i in members] == [n // 4 for n in range(len(members))]
 
 
 def test_shard_count_follows_data_size_with_a_minimum(tmp_path):

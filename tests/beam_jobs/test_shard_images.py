@@ -213,31 +213,38 @@ def test_manifest_input(sample_images, tmp_path):
     assert metadata["splits"]["test"]["num_records"] == 0
 
 
-def test_cli_on_the_default_multiprocess_runner(sample_images, tmp_path):
-    """The documented command, as a user runs it: default runner, both cores."""
-    output = tmp_path / "shards"
+def _cli(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "beam_jobs.shard_images",
-            "--input",
-            sample_images,
-            "--output",
-            str(output),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
+    command = [sys.executable, "-m", "beam_jobs.shard_images", *args]
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+
+
+def _shard_hashes(metadata: dict) -> dict:
+    return {
+        shard["file"]: shard["sha256"]
+        for split in metadata["splits"].values()
+        for shard in split["shards"]
+    }
+
+
+def test_cli_default_runner_and_worker_processes_write_identical_shards(sample_images, tmp_path):
+    """The documented command as a user runs it (the local runner picks one process for 48
+    images), then with two worker processes: the same shards, byte for byte."""
+    default, workers = tmp_path / "default", tmp_path / "workers"
+    proc = _cli("--input", sample_images, "--output", str(default))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "sharded 48/48 images" in proc.stdout
-    assert (output / "_SUCCESS").exists()
-    metadata = _json(output / "metadata.json")
-    assert metadata["runner"] == "DirectRunner"
+    assert (default / "_SUCCESS").exists()
+    metadata = _json(default / "metadata.json")
+    assert metadata["runner"] == "FnApiRunner (in_memory, 1 worker(s))"
     assert metadata["params"]["input"] == sample_images
+
+    proc = _cli("--input", sample_images, "--output", str(workers), "--direct_num_workers=2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    parallel = _json(workers / "metadata.json")
+    assert parallel["runner"] == "FnApiRunner (multi_processing, 2 worker(s))"
+    assert _shard_hashes(parallel) == _shard_hashes(metadata)
+    assert not [p for p in workers.rglob("*") if p.name.startswith("_staging")]
 
 
 def test_help_documents_every_flag():

@@ -8,7 +8,15 @@ from apache_beam.testing.util import assert_that, equal_to
 from PIL import Image
 
 from beam_jobs.plan import WorkItem
-from beam_jobs.transforms import ERRORS, RECORDS, ReadImageFn, ReadImages, WriteShards
+from beam_jobs.transforms import (
+    ERRORS,
+    FRAGMENTS,
+    ReadImages,
+    WriteShards,
+    fragment_path,
+    read_record,
+)
+from shardspec.tfrecord import encode_shard
 from training import features
 
 
@@ -21,7 +29,13 @@ def _jpeg(path, size=(20, 10)):
 
 def _item(path, key, **kwargs):
     return WorkItem(
-        uri=str(path), key=key, label="cat", label_id=0, split="train", shard=1, **kwargs
+        uri=str(path),
+        key=key,
+        label=kwargs.pop("label", "cat"),
+        label_id=0,
+        split="train",
+        shard=1,
+        **kwargs,
     )
 
 
@@ -37,10 +51,12 @@ def test_read_images_routes_good_and_bad_files(tmp_path):
         WorkItem(uri="x", key="x", label="", reject="no_label_dir"),
     ]
     with TestPipeline() as p:
-        results = p | beam.Create(items) | ReadImages(max_side=0, max_pixels=10**6)
-        keys = results[RECORDS] | "RecordKeys" >> beam.Map(lambda kv: (kv[0], kv[1][0]))
+        results = p | beam.Create(items) | ReadImages(str(tmp_path), max_side=0, max_pixels=10**6)
+        fragments = results[FRAGMENTS] | "Chunks" >> beam.Map(
+            lambda f: (f["split"], f["index"], f["chunk"], f["num_records"])
+        )
         reasons = results[ERRORS] | "Reasons" >> beam.Map(lambda e: (e["key"], e["reason"]))
-        assert_that(keys, equal_to([(("train", 1), "cat/good.jpg")]), label="records")
+        assert_that(fragments, equal_to([("train", 1, 0, 1)]), label="fragments")
         assert_that(
             reasons,
             equal_to(
@@ -52,16 +68,20 @@ def test_read_images_routes_good_and_bad_files(tmp_path):
             ),
             label="errors",
         )
+    # The fragment holds the good image's framed record, nothing else.
+    fragment = fragment_path(str(tmp_path), "train", 1, 0)
+    [record] = [r.numpy() for r in tf.data.TFRecordDataset(fragment)]
+    assert features.parse_example(tf.constant(record))[features.IMAGE_ID].numpy() == (
+        b"cat/good.jpg"
+    )
 
 
-def test_read_image_fn_builds_the_shared_example(tmp_path):
+def test_read_record_builds_the_shared_example(tmp_path):
     path = tmp_path / "a.jpg"
     data = _jpeg(path, size=(30, 12))
-    [(shard_key, (key, serialized, label))] = list(
-        ReadImageFn(max_side=0, max_pixels=10**6).process(_item(path, "cat/a.jpg"))
-    )
+    serialized, reencoded = read_record(_item(path, "cat/a.jpg"), 0, 10**6)
     parsed = features.parse_example(tf.constant(serialized))
-    assert shard_key == ("train", 1) and key == "cat/a.jpg" and label == "cat"
+    assert not reencoded
     assert parsed[features.IMAGE_ENCODED].numpy() == data
     assert parsed[features.IMAGE_WIDTH].numpy() == 30
     assert parsed[features.IMAGE_HEIGHT].numpy() == 12
@@ -69,17 +89,21 @@ def test_read_image_fn_builds_the_shared_example(tmp_path):
     assert parsed[features.LABEL_TEXT].numpy() == b"cat"
 
 
-def test_write_shards_writes_one_sorted_file_per_shard(tmp_path):
-    records = [
-        (("train", 0), ("b", b"rec-b", "dog")),
-        (("train", 0), ("a", b"rec-a", "cat")),
-        (("train", 1), ("c", b"rec-c", "cat")),
-    ]
+def test_a_shard_is_its_chunks_in_chunk_order_sorted_by_key(tmp_path):
+    # (key, shard, chunk): shard 0 in three chunks, given out of order; shard 1 in one.
+    layout = [("e", 1, 0), ("d", 0, 2), ("c", 0, 1), ("b", 0, 0), ("a", 0, 0)]
+    items = []
+    for key, shard, chunk in layout:
+        _jpeg(tmp_path / f"{key}.jpg")
+        label = "dog" if key == "b" else "cat"
+        item = _item(tmp_path / f"{key}.jpg", key, chunk=chunk, label=label)
+        items.append(WorkItem(**{**item.__dict__, "shard": shard}))
+    out = tmp_path / "out"
     with TestPipeline() as p:
+        results = p | beam.Create(items) | ReadImages(str(out), max_side=0, max_pixels=10**6)
         reports = (
-            p
-            | beam.Create(records)
-            | WriteShards(str(tmp_path), {"train": 2}, "gzip", ".tfrecord.gz")
+            results[FRAGMENTS]
+            | WriteShards(str(out), {"train": 2}, "gzip", ".tfrecord.gz")
             | beam.Map(
                 lambda r: (r["file"], r["num_records"], json.dumps(r["per_label"], sort_keys=True))
             )
@@ -88,12 +112,12 @@ def test_write_shards_writes_one_sorted_file_per_shard(tmp_path):
             reports,
             equal_to(
                 [
-                    ("train-00000-of-00002.tfrecord.gz", 2, '{"cat": 1, "dog": 1}'),
+                    ("train-00000-of-00002.tfrecord.gz", 4, '{"cat": 3, "dog": 1}'),
                     ("train-00001-of-00002.tfrecord.gz", 1, '{"cat": 1}'),
                 ]
             ),
         )
-    first = tf.data.TFRecordDataset(
-        str(tmp_path / "train-00000-of-00002.tfrecord.gz"), compression_type="GZIP"
-    )
-    assert [r.numpy() for r in first] == [b"rec-a", b"rec-b"]
+    # Byte for byte what one writer of the shard's records, sorted by key, produces.
+    shard_0 = sorted((i for i in items if i.shard == 0), key=lambda i: i.key)
+    expected = encode_shard([read_record(i, 0, 10**6)[0] for i in shard_0], "gzip")
+    assert (out / "train-00000-of-00002.tfrecord.gz").read_bytes() == expected

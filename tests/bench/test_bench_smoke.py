@@ -22,7 +22,14 @@ RATIOS = {
         "resized_shards_ratio_vs_ceiling",
         "resized_shards_ratio_vs_naive",
     ],
-    "sharding": ["ratio_vs_naive", "ratio_2_vs_1_workers", "marginal_ratio_vs_naive"],
+    "sharding": [
+        "ratio_vs_naive",
+        "ratio_2_vs_1_workers",
+        "marginal_ratio_vs_naive",
+        "marginal_ratio_2_vs_1_workers",
+        "ratio_default_vs_naive",
+        "ratio_2_workers_vs_in_process",
+    ],
     "training": ["ratio_2_vs_1_workers", "ratio_real_vs_synthetic_input", "input_bound_share"],
     "orchestration": ["ratio_wall_vs_stages"],
 }
