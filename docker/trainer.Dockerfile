@@ -10,7 +10,8 @@ COPY training training
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
 FROM python:3.11.7-slim-bookworm
-ENV PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=1
+# TF_CPU_ALLOCATOR_USE_BFC: see training/worker_env.py
+ENV PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=1 TF_CPU_ALLOCATOR_USE_BFC=true
 COPY --from=build /wheels /wheels
 COPY constraints.txt /tmp/constraints.txt
 # The gpu extra pins tensorflow[and-cuda] to the same TensorFlow as the CPU lock.

@@ -22,8 +22,10 @@ class TrainConfig:
     global_batch_size: int = 32
     learning_rate: float = 2e-3
     checkpoint_every: int = 50
+    steps_per_call: int = 10
     seed: int = 0
-    cache: str = ""
+    cache: str = "auto"
+    cache_budget_mb: int = 1024
     shuffle_buffer: int = 1024
     augment: bool = True
     mixed_precision: bool = False
@@ -48,8 +50,12 @@ class TrainConfig:
             raise ConfigError("--learning-rate must be in (0, 10)")
         if self.checkpoint_every < 1:
             raise ConfigError("--checkpoint-every must be >= 1")
+        if not 1 <= self.steps_per_call <= 1000:
+            raise ConfigError("--steps-per-call must be between 1 and 1000")
         if self.steps_per_epoch < 0:
             raise ConfigError("--steps-per-epoch must be >= 0")
+        if self.cache_budget_mb < 0:
+            raise ConfigError("--cache-budget-mb must be >= 0")
         if self.shuffle_buffer < 1:
             raise ConfigError("--shuffle-buffer must be >= 1")
 
@@ -92,6 +98,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="Checkpoint every N steps, and at each epoch end (default 50).",
     )
     a(
+        "--steps-per-call",
+        type=int,
+        default=10,
+        help="Training steps per call into the compiled graph (default 10): the host "
+        "collects metrics once per call, not once per step. Checkpoints and epoch ends "
+        "still fall on their exact steps.",
+    )
+    a(
         "--steps-per-epoch",
         type=int,
         default=0,
@@ -100,8 +114,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--seed", type=int, default=0, help="Seed for shuffling and initialisation (default 0).")
     a(
         "--cache",
-        default="",
-        help='Cache decoded images: "memory", a file path prefix, or "" for none (default).',
+        default="auto",
+        help='Cache decoded images: "auto" (default: in memory when this worker\'s decoded '
+        'training images fit --cache-budget-mb; the log says which), "memory", a file path '
+        'prefix, or "" for none.',
+    )
+    a(
+        "--cache-budget-mb",
+        type=int,
+        default=1024,
+        help="Memory a worker may spend on cached decoded images with --cache auto (default 1024).",
     )
     a("--shuffle-buffer", type=int, default=1024, help="Shuffle buffer in images (default 1024).")
     a(
@@ -133,9 +155,11 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         global_batch_size=args.global_batch_size,
         learning_rate=args.learning_rate,
         checkpoint_every=args.checkpoint_every,
+        steps_per_call=args.steps_per_call,
         steps_per_epoch=args.steps_per_epoch,
         seed=args.seed,
         cache=args.cache,
+        cache_budget_mb=args.cache_budget_mb,
         shuffle_buffer=args.shuffle_buffer,
         augment=args.augment,
         mixed_precision=args.mixed_precision,

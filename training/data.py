@@ -33,7 +33,8 @@ class InputOptions:
     image_size: int = 64
     shuffle_buffer: int = 1024
     cycle_length: int = 4
-    cache: str = ""  # "" no cache, "memory", or a file path prefix
+    cache: str = "auto"  # "auto", "" (none), "memory", or a file path prefix
+    cache_budget_mb: int = 1024  # "auto" caches in memory when the decoded images fit
     augment: bool = True
     seed: int = 0
 
@@ -63,7 +64,9 @@ def _options(deterministic: bool) -> tf.data.Options:
     options = tf.data.Options()
     options.autotune.enabled = True
     options.deterministic = deterministic
-    options.threading.private_threadpool_size = 0  # share TF's inter-op pool
+    # 0: a pool of its own, sized to the cores at run time, so input threads do not queue
+    # behind the training step's ops (None would mean TF's shared default pool).
+    options.threading.private_threadpool_size = 0
     # We shard by hand below (the builder knows the files), so tf.distribute must not.
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     options.experimental_optimization.map_parallelization = True
@@ -74,6 +77,54 @@ def _decode(serialized, image_size: int):
     parsed = features.parse_example(serialized, features.TRAINING_KEYS)
     image = features.decode_image(parsed[features.IMAGE_ENCODED], image_size)
     return image, tf.cast(parsed[features.LABEL], tf.int32)
+
+
+def _decode_batch(serialized, image_size: int):
+    """A batch of serialised records -> decoded images and labels: one vectorised parse
+    for the batch, then one decode per image inside the same map call."""
+    parsed = features.parse_examples(serialized, features.TRAINING_KEYS)
+    images = tf.map_fn(
+        lambda encoded: features.decode_image(encoded, image_size),
+        parsed[features.IMAGE_ENCODED],
+        fn_output_signature=tf.TensorSpec([image_size, image_size, 3], tf.float32),
+    )
+    return images, tf.cast(parsed[features.LABEL], tf.int32)
+
+
+def _prepare_batch(records, options: InputOptions):
+    images, labels = _decode_batch(records, options.image_size)
+    if options.augment:
+        images, labels = _augment_batch(images, labels, options.image_size)
+    return images, labels
+
+
+def decoded_megabytes(num_records: int, image_size: int) -> float:
+    return num_records * image_size * image_size * 3 * 4 / 2**20  # float32 RGB
+
+
+def _cache_choice(options: InputOptions, num_records: int | None) -> str:
+    """What to cache: the option as given, or for "auto" memory when it fits the budget."""
+    if options.cache != "auto":
+        return options.cache
+    if num_records is None:
+        return ""
+    size = decoded_megabytes(num_records, options.image_size)
+    if size <= options.cache_budget_mb:
+        log.info(
+            "input: caching %d decoded images in memory (%.0f MB <= budget %d MB); "
+            "epochs after the first skip decoding",
+            num_records,
+            size,
+            options.cache_budget_mb,
+        )
+        return "memory"
+    log.info(
+        "input: not caching: %d decoded images need %.0f MB > budget %d MB",
+        num_records,
+        size,
+        options.cache_budget_mb,
+    )
+    return ""
 
 
 def _augment_batch(images, labels, image_size: int):
@@ -104,6 +155,7 @@ def build_dataset(
     options: InputOptions = InputOptions(),
     num_pipelines: int = 1,
     pipeline_id: int = 0,
+    num_records: int | None = None,
 ) -> tf.data.Dataset:
     """(images float32 [B, S, S, 3] in [0, 1], labels int32 [B]) batches for one worker.
 
@@ -111,7 +163,8 @@ def build_dataset(
     distribution strategy). Training datasets repeat forever and drop the last
     partial batch, so every worker runs the same number of steps; evaluation
     datasets are finite, in order, and keep every record exactly once across
-    all pipelines.
+    all pipelines. `num_records`: how many records this pipeline reads (for
+    `cache="auto"`; unknown means no cache).
     """
     if not files:
         raise ShardError("no shard files to read")
@@ -131,14 +184,28 @@ def build_dataset(
     )
     if shard_records:
         ds = ds.shard(num_pipelines, pipeline_id)
+    cache = _cache_choice(options, num_records)
+    if training and not cache:
+        # Shuffle and batch the small encoded records, then parse a whole batch at once and
+        # decode and augment it in one map: nothing copies decoded images around, and the
+        # per-element work is one op instead of three (bench/: 1.14x the per-record order).
+        ds = ds.repeat()
+        ds = ds.shuffle(options.shuffle_buffer, seed=options.seed, reshuffle_each_iteration=True)
+        ds = ds.batch(batch_size, drop_remainder=True)
+        ds = ds.map(
+            lambda records: _prepare_batch(records, options),
+            num_parallel_calls=AUTOTUNE,
+            deterministic=False,
+        )
+        return ds.prefetch(AUTOTUNE).with_options(_options(deterministic=False))
     ds = ds.map(
         lambda record: _decode(record, options.image_size),
         num_parallel_calls=AUTOTUNE,
         deterministic=not training,
     )
-    if options.cache:
+    if cache:
         # After decode+resize, before augmentation: epochs after the first skip decoding.
-        ds = ds.cache() if options.cache == "memory" else ds.cache(options.cache)
+        ds = ds.cache() if cache == "memory" else ds.cache(cache)
     if training:
         ds = ds.repeat()
         ds = ds.shuffle(options.shuffle_buffer, seed=options.seed, reshuffle_each_iteration=True)

@@ -44,6 +44,14 @@ def parse_example(
     return tf.io.parse_single_example(serialized, spec)
 
 
+def parse_examples(
+    serialized: tf.Tensor, keys: tuple[str, ...] | None = None
+) -> dict[str, tf.Tensor]:
+    """Parse a batch of serialised Examples (a string vector) in one op."""
+    spec = FEATURE_SPEC if keys is None else {key: FEATURE_SPEC[key] for key in keys}
+    return tf.io.parse_example(serialized, spec)
+
+
 JPEG_SCALES = (1, 2, 4, 8)  # the DCT scalings libjpeg decodes at directly
 # An 8x8 JPEG, fed to the JPEG-only ops in place of non-JPEG input. Those ops sit in the JPEG
 # branch of a tf.cond, yet inside tf.data the suite once saw ExtractJpegShape run on PNG bytes

@@ -24,6 +24,7 @@ import time
 from dataclasses import dataclass, field
 
 from training.processes import die_with_parent
+from training.worker_env import WORKER_ENV
 
 TAIL_LINES = 40
 STOP_GRACE_SECONDS = 10.0
@@ -103,7 +104,12 @@ def launch(
     lock = threading.Lock()
     workers: list[Worker] = []
     for index in range(num_workers):
-        env = {**os.environ, "TF_CONFIG": tf_config(ports, index), "PYTHONUNBUFFERED": "1"}
+        env = {
+            **WORKER_ENV,
+            **os.environ,
+            "TF_CONFIG": tf_config(ports, index),
+            "PYTHONUNBUFFERED": "1",
+        }
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         process = subprocess.Popen(
             [python, "-m", "training.train", *train_args],

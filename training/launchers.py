@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from training.processes import die_with_parent
+from training.worker_env import worker_env_list
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +141,10 @@ def render_kubernetes(
                     "image": image,
                     "command": TRAIN_COMMAND,
                     "args": job.train_args(),
-                    "env": [{"name": "TF_CONFIG", "value": json.dumps(tf_config)}],
+                    "env": [
+                        {"name": "TF_CONFIG", "value": json.dumps(tf_config)},
+                        *worker_env_list(),
+                    ],
                     "ports": [{"containerPort": TF_PORT, "name": "grpc"}],
                     "resources": resources,
                 }
@@ -200,7 +204,12 @@ def render_vertex_custom_job(
         if not accelerator_type:
             raise LauncherConfigError("accelerator_count needs accelerator_type (NVIDIA_L4, ...)")
         machine.update(accelerator_type=accelerator_type, accelerator_count=accelerator_count)
-    container = {"image_uri": image, "command": TRAIN_COMMAND, "args": job.train_args()}
+    container = {
+        "image_uri": image,
+        "command": TRAIN_COMMAND,
+        "args": job.train_args(),
+        "env": worker_env_list(),
+    }
     pool = {
         "machine_spec": machine,
         "container_spec": container,

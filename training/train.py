@@ -110,6 +110,7 @@ class Trainer:
             image_size=config.image_size,
             shuffle_buffer=config.shuffle_buffer,
             cache=config.cache,
+            cache_budget_mb=config.cache_budget_mb,
             augment=config.augment,
             seed=config.seed,
         )
@@ -134,6 +135,7 @@ class Trainer:
                 options=self.input_options,
                 num_pipelines=context.num_input_pipelines,
                 pipeline_id=context.input_pipeline_id,
+                num_records=-(-self.shards.num_records(split) // context.num_input_pipelines),
             )
 
         return self.strategy.distribute_datasets_from_function(dataset_fn)
@@ -159,6 +161,15 @@ class Trainer:
                 optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
             self.optimizer = optimizer
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+            # [loss sum, correct count] since the epoch began, kept per replica and summed
+            # over replicas only when read: no collective and no host sync per step.
+            self.train_totals = tf.Variable(
+                tf.zeros([2]),
+                trainable=False,
+                synchronization=tf.VariableSynchronization.ON_READ,
+                aggregation=tf.VariableAggregation.SUM,
+                name="train_totals",
+            )
         self.checkpoint = tf.train.Checkpoint(
             model=self.model, optimizer=self.optimizer, step=self.step
         )
@@ -187,18 +198,16 @@ class Trainer:
             correct = tf.reduce_sum(
                 tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels), tf.float32)
             )
-            return loss, correct
+            self.train_totals.assign_add(tf.stack([loss, correct]))
 
         @tf.function
-        def train_step(iterator):
-            loss, correct = strategy.run(replica_step, args=next(iterator))
-            self.step.assign_add(1)
-            return (
-                strategy.reduce(tf.distribute.ReduceOp.SUM, loss, axis=None),
-                strategy.reduce(tf.distribute.ReduceOp.SUM, correct, axis=None),
-            )
+        def train_steps(iterator, num_steps):
+            """`num_steps` steps in one call: the loop runs in the graph, not in Python."""
+            for _ in tf.range(num_steps):
+                strategy.run(replica_step, args=next(iterator))
+                self.step.assign_add(1)
 
-        return train_step
+        return train_steps
 
     def _eval_step_fn(self):
         strategy, model = self.strategy, self.model
@@ -253,7 +262,7 @@ class Trainer:
             if self.cluster.is_chief
             else tf.summary.create_noop_writer()
         )
-        train_step = self._train_step_fn()
+        train_steps = self._train_step_fn()
         iterator = iter(self._distributed("train", training=True))
         step = int(self.step.numpy())
         if step >= self.total_steps:
@@ -262,15 +271,18 @@ class Trainer:
             epoch = step // self.steps_per_epoch + 1
             epoch_end = epoch * self.steps_per_epoch
             started, steps_done = time.perf_counter(), 0
-            loss_sum = correct_sum = 0.0
+            self.train_totals.assign(tf.zeros([2]))
+            every = self.config.checkpoint_every
             while step < epoch_end:
-                loss, correct = train_step(iterator)
-                step += 1
-                steps_done += 1
-                loss_sum += float(loss)
-                correct_sum += float(correct)
-                if step % self.config.checkpoint_every == 0 and step < epoch_end:
+                # Up to steps_per_call steps, never past a checkpoint step or the epoch end.
+                next_checkpoint = (step // every + 1) * every
+                count = min(self.config.steps_per_call, epoch_end - step, next_checkpoint - step)
+                train_steps(iterator, tf.constant(count, tf.int32))
+                step += count
+                steps_done += count
+                if step % every == 0 and step < epoch_end:
                     self.save_checkpoint()
+            loss_sum, correct_sum = (float(v) for v in self.train_totals.read_value().numpy())
             seconds = time.perf_counter() - started
             evaluation = self.evaluate()
             metrics = EpochMetrics(

@@ -109,3 +109,49 @@ def test_schema_mismatch_is_refused(trainable_shards, tmp_path):
 def test_missing_directory_is_refused(tmp_path):
     with pytest.raises(ShardError, match="does not exist"):
         ShardSet.open(str(tmp_path / "nope"))
+
+
+def test_batched_decode_equals_decoding_each_record(trainable_shards):
+    from training.data import _decode, _decode_batch
+
+    shard_set = ShardSet.open(trainable_shards)
+    records = list(
+        tf.data.TFRecordDataset(
+            shard_set.files("train")[:1], compression_type=shard_set.compression_type
+        ).take(6)
+    )
+    images, labels = _decode_batch(tf.stack(records), 40)
+    for index, record in enumerate(records):
+        image, label = _decode(record, 40)
+        assert int(labels[index]) == int(label)
+        assert tf.reduce_all(images[index] == image)
+
+
+@pytest.mark.parametrize(
+    ("records", "budget", "expected"), [(100, 10, "memory"), (10_000, 10, ""), (None, 10, "")]
+)
+def test_auto_cache_caches_in_memory_only_what_fits(records, budget, expected, caplog):
+    from training.data import _cache_choice
+
+    options = InputOptions(image_size=32, cache="auto", cache_budget_mb=budget)
+    with caplog.at_level("INFO"):
+        assert _cache_choice(options, records) == expected
+    if records is not None:
+        assert ("caching" if expected else "not caching") in caplog.text
+
+
+def test_auto_cached_training_pipeline_serves_each_image_once_per_epoch(trainable_shards):
+    shard_set = ShardSet.open(trainable_shards)
+    count = shard_set.num_records("train")
+    ds = build_dataset(
+        shard_set.files("train"),
+        batch_size=1,
+        training=True,
+        compression_type=shard_set.compression_type,
+        options=InputOptions(image_size=32, augment=False, shuffle_buffer=1),
+        num_records=count,
+    )
+    first, second = [], []
+    for index, (image, _) in enumerate(ds.take(2 * count)):
+        (first if index < count else second).append(float(tf.reduce_sum(image)))
+    assert sorted(first) == pytest.approx(sorted(second))

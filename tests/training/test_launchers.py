@@ -3,6 +3,7 @@ import json
 import kubernetes_validate
 import pytest
 
+from tests.dags.airflow_env import REPO
 from training.launchers import TrainingJob, render_kubernetes
 
 JOB = TrainingJob(
@@ -76,3 +77,26 @@ def test_a_broken_manifest_fails_validation(manifests):
         kubernetes_validate.validate(
             manifests[1], kubernetes_validate.latest_version(), strict=True
         )
+
+
+def test_every_way_a_worker_starts_sets_the_worker_environment(manifests, tmp_path):
+    """TensorFlow reads TF_CPU_ALLOCATOR_USE_BFC at start-up: each launcher must set it."""
+    from training.launch import launch
+    from training.launchers import render_vertex_custom_job
+
+    expected = {"name": "TF_CPU_ALLOCATOR_USE_BFC", "value": "true"}
+    for job in manifests[1:]:
+        assert expected in job["spec"]["template"]["spec"]["containers"][0]["env"]
+    vertex = render_vertex_custom_job(JOB, display_name="run", image="trainer:1")
+    for pool in vertex["job_spec"]["worker_pool_specs"]:
+        assert expected in pool["container_spec"]["env"]
+    dockerfile = (REPO / "docker" / "trainer.Dockerfile").read_text()
+    assert "TF_CPU_ALLOCATOR_USE_BFC=true" in dockerfile
+    # The local launcher: a stand-in worker prints the variable it was started with.
+    fake = tmp_path / "fake_python"
+    fake.write_text('#!/bin/sh\necho "bfc=$TF_CPU_ALLOCATOR_USE_BFC"\n')
+    fake.chmod(0o755)
+    out = tmp_path / "out.txt"
+    with out.open("w") as sink:
+        assert launch(1, [], python=str(fake), sink=sink) == 0
+    assert "bfc=true" in out.read_text()

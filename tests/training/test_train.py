@@ -183,3 +183,25 @@ def test_launcher_reports_a_failing_worker(tmp_path):
     assert proc.returncode == 2
     assert "failed (exit code 2)" in proc.stderr
     assert "shard directory does not exist" in proc.stderr
+
+
+def test_steps_per_call_keeps_checkpoints_on_their_exact_steps(trainable_shards, tmp_path):
+    output = tmp_path / "train"
+    proc = subprocess.run(
+        [sys.executable, "-m", "training.train", "--data", trainable_shards, "--output",
+         str(output), "--epochs", "2", "--steps-per-epoch", "7", "--checkpoint-every", "3",
+         "--steps-per-call", "5", "--global-batch-size", "8"],
+        capture_output=True, text=True, timeout=600,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    saved = sorted(
+        int(m)
+        for m in re.findall(r"ckpt-(\d+)\.index", " ".join(os.listdir(output / "checkpoints")))
+    )
+    assert saved == [9, 12, 14]  # max_to_keep=3 of 3, 6, 7, 9, 12, 14
+    metrics = json.loads((output / "metrics.json").read_text())
+    assert [e["step"] for e in metrics["epochs"]] == [7, 14]
+    assert all(
+        0 < e["train_loss"] < 10 and 0 <= e["train_accuracy"] <= 1 for e in metrics["epochs"]
+    )
