@@ -22,11 +22,13 @@ LOCAL_RUNNER = "FnApiRunner"
 # Names that mean "run it here" and get the choice below.
 LOCAL_RUNNER_NAMES = (None, "DirectRunner", "SwitchingDirectRunner", LOCAL_RUNNER)
 
-# Measured (bench/results/sharding.json): in one process, and CPU per image in workers.
-IN_PROCESS_FIXED_S = 2.1
-IN_PROCESS_MS_PER_IMAGE = 1.34
-WORKERS_FIXED_S = 3.9
-WORKERS_CPU_MS_PER_IMAGE = 1.75
+# Measured by `make bench` (bench/results/sharding.json, 2 cores, 300-3,000 images): in one
+# process; with 2 worker processes (0.92 ms/image of wall time, i.e. 1.85 ms of CPU per image
+# spread over the workers). The crossover on 2 cores is about 5,000 images.
+IN_PROCESS_FIXED_S = 1.95
+IN_PROCESS_MS_PER_IMAGE = 1.29
+WORKERS_FIXED_S = 3.89
+WORKERS_CPU_MS_PER_IMAGE = 1.85
 
 
 @dataclass(frozen=True)

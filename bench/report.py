@@ -68,7 +68,7 @@ def rows(results: dict) -> list[tuple[str, str, str]]:
             ("fixed start-up s / per-image ms (Beam in one process)",
              f"{lines['beam_in_process']['fixed_seconds']:.1f} s / "
              f"{lines['beam_in_process']['seconds_per_image'] * 1e3:.2f} ms",
-             f"2 workers vs in-process {r['ratio_2_workers_vs_in_process']:.2f}"),
+             f"ratio_2_workers_vs_in_process {r['ratio_2_workers_vs_in_process']:.2f}"),
         ]  # fmt: skip
     if "training" in results:
         r = results["training"]
@@ -81,6 +81,14 @@ def rows(results: dict) -> list[tuple[str, str, str]]:
              f"{_rate(ips['1_worker'])} vs {_rate(ips['1_worker_synthetic'])}",
              f"input_bound_share {r['input_bound_share']:.2f}"),
         ]  # fmt: skip
+        for workers, split in r.get("step_time_breakdown_ms", {}).items():
+            out.append(
+                (f"training step, {workers.replace('_', ' ')} (ms): compute + all-reduce + "
+                 "input wait",
+                 f"{split['step']:.0f} = {split['compute']:.0f} + {split['all_reduce']:.0f} + "
+                 f"{split['input_wait']:.0f}",
+                 f"all-reduce share {split['all_reduce'] / split['step']:.2f}")
+            )  # fmt: skip
     if "orchestration" in results:
         r = results["orchestration"]
         out.append(

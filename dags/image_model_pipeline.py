@@ -122,7 +122,8 @@ PARAMS = {
         "DirectRunner",
         type="string",
         enum=["DirectRunner", "DataflowRunner", "FlinkRunner", "SparkRunner"],
-        description="Beam runner for the sharding job.",
+        description="Beam runner for the sharding job. DirectRunner runs it here on Beam's "
+        "local FnApiRunner, in one process or one worker per core by input size.",
     ),
     "beam_options": Param(
         {},

@@ -74,3 +74,13 @@ def test_fixed_and_per_image_cost_are_recovered_from_a_line():
     assert line["fixed_seconds"] == pytest.approx(10.0)
     assert line["seconds_per_image"] == pytest.approx(0.02)
     assert line["marginal_images_per_second"] == pytest.approx(50.0)
+
+
+def test_training_step_time_splits_into_compute_all_reduce_and_input(smoke):
+    results, _ = smoke
+    breakdown = json.loads((results / "training.json").read_text())["step_time_breakdown_ms"]
+    for workers in ("1_worker", "2_workers"):
+        split = breakdown[workers]
+        assert split["step"] == pytest.approx(
+            split["compute"] + split["all_reduce"] + split["input_wait"]
+        )
