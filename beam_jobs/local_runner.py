@@ -36,12 +36,6 @@ class LocalMode:
     running_mode: str  # "in_memory" or "multi_processing"
     workers: int
 
-    def flags(self) -> list[str]:
-        return [
-            f"--direct_running_mode={self.running_mode}",
-            f"--direct_num_workers={self.workers}",
-        ]
-
 
 def available_cores() -> int:
     try:

@@ -236,9 +236,8 @@ def build_plan(config: ShardConfig) -> Plan:
         ordered = sorted(members, key=lambda i: (hash_fraction("shard:" + i.key), i.key))
         shards: dict[int, list[WorkItem]] = defaultdict(list)
         for index, item in enumerate(ordered):
-            shards[index % shard_counts[split]].append(
-                replace(item, shard=index % shard_counts[split])
-            )
+            shard = index % shard_counts[split]
+            shards[shard].append(replace(item, shard=shard))
         for shard in sorted(shards):
             final.extend(_chunked(shards[shard]))
     counts = Counter(i.split for i in final if not i.reject)

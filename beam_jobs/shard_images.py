@@ -98,17 +98,17 @@ def pipeline_options(beam_args: list[str]) -> PipelineOptions:
     if standard.runner in LOCAL_RUNNER_NAMES:
         standard.runner = LOCAL_RUNNER
         direct = options.view_as(DirectOptions)
-        if (direct.direct_num_workers or 1) > 1 and not any(
-            arg.startswith("--direct_running_mode") for arg in beam_args
-        ):
+        if (direct.direct_num_workers or 1) > 1 and not _given(beam_args, "--direct_running_mode"):
             direct.direct_running_mode = "multi_processing"  # workers asked for: processes
     return options
 
 
+def _given(beam_args: list[str], *flags: str) -> bool:
+    return any(arg.startswith(flags) for arg in beam_args)
+
+
 def sets_local_parallelism(beam_args: list[str]) -> bool:
-    return any(
-        arg.startswith(("--direct_running_mode", "--direct_num_workers")) for arg in beam_args
-    )
+    return _given(beam_args, "--direct_running_mode", "--direct_num_workers")
 
 
 def describe_runner(options: PipelineOptions) -> str:

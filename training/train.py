@@ -180,7 +180,7 @@ class Trainer:
         )
         self.loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
 
-    def _train_step_fn(self):
+    def _train_steps_fn(self):
         strategy, model, optimizer = self.strategy, self.model, self.optimizer
         global_batch = self.config.global_batch_size
         scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
@@ -262,7 +262,7 @@ class Trainer:
             if self.cluster.is_chief
             else tf.summary.create_noop_writer()
         )
-        train_steps = self._train_step_fn()
+        train_steps = self._train_steps_fn()
         iterator = iter(self._distributed("train", training=True))
         step = int(self.step.numpy())
         if step >= self.total_steps:

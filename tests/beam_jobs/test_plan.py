@@ -41,18 +41,17 @@ def test_folder_labels_are_sorted_names_and_odd_files_are_handled(tmp_path):
     assert plan.num_rejected_at_listing == 1
 
 
-def test_shards_are_balanced_and_bounded(tmp_path):
+def _train_only_plan(tmp_path, images: int, classes: int, num_shards: int):
+    """A plan of `images` files in `classes` folders, all in the train split."""
     root = tmp_path / "images"
-    for i in range(103):
-        _touch(str(root / f"c{i % 3}" / f"{i}.png"))
-    plan = build_plan(
-        _config(
-            tmp_path,
-            root,
-            num_shards=4,
-            split_fractions={"train": 1.0, "validation": 0.0, "test": 0.0},
-        )
-    )
+    for i in range(images):
+        _touch(str(root / f"c{i % classes}" / f"{i:03d}.png"))
+    train_only = {"train": 1.0, "validation": 0.0, "test": 0.0}
+    return build_plan(_config(tmp_path, root, num_shards=num_shards, split_fractions=train_only))
+
+
+def test_shards_are_balanced_and_bounded(tmp_path):
+    plan = _train_only_plan(tmp_path, images=103, classes=3, num_shards=4)
     assert plan.shard_counts == {"train": 4, "validation": 0, "test": 0}
     sizes = Counter(item.shard for item in plan.items)
     assert sorted(sizes.values()) == [25, 26, 26, 26]
@@ -60,17 +59,7 @@ def test_shards_are_balanced_and_bounded(tmp_path):
 
 def test_chunks_are_consecutive_runs_of_a_shard_in_key_order(tmp_path, monkeypatch):
     monkeypatch.setattr(plan_module, "CHUNK_IMAGES", 4)
-    root = tmp_path / "images"
-    for i in range(30):
-        _touch(str(root / f"c{i % 2}" / f"{i:02d}.png"))
-    plan = build_plan(
-        _config(
-            tmp_path,
-            root,
-            num_shards=2,
-            split_fractions={"train": 1.0, "validation": 0.0, "test": 0.0},
-        )
-    )
+    plan = _train_only_plan(tmp_path, images=30, classes=2, num_shards=2)
     for shard in (0, 1):
         members = sorted((i for i in plan.items if i.shard == shard), key=lambda i: i.key)
         assert [i.chunk for i in members] == [n // 4 for n in range(len(members))]

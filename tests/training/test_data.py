@@ -140,6 +140,14 @@ def test_auto_cache_caches_in_memory_only_what_fits(records, budget, expected, c
         assert ("caching" if expected else "not caching") in caplog.text
 
 
+def test_auto_cache_leaves_evaluation_uncached():
+    from training.data import _cache_choice
+
+    options = InputOptions(image_size=32, cache="auto", cache_budget_mb=10)
+    assert _cache_choice(options, 100, training=False) == ""
+    assert _cache_choice(InputOptions(cache="memory"), 100, training=False) == "memory"
+
+
 def test_auto_cached_training_pipeline_serves_each_image_once_per_epoch(trainable_shards):
     shard_set = ShardSet.open(trainable_shards)
     count = shard_set.num_records("train")
