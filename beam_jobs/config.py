@@ -7,17 +7,15 @@ they stay ordinary `PipelineOptions`, so every runner's options pass through.
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
+import stageconfig
 from beam_jobs.splits import SPLIT_NAMES
 from shardspec.example import MAX_PIXELS
+from shardspec.layout import COMPRESSIONS, DEFAULT_COMPRESSION
+from stageconfig import ConfigError, param
 
-COMPRESSIONS = ("gzip", "none")
 DEFAULT_SPLITS = "train=0.8,validation=0.1,test=0.1"
-
-
-class ConfigError(ValueError):
-    """A user mistake in the job's parameters; reported as one line, exit code 2."""
 
 
 def parse_split_fractions(text: str) -> dict[str, float]:
@@ -28,38 +26,102 @@ def parse_split_fractions(text: str) -> dict[str, float]:
         name = name.strip()
         if not sep or name not in SPLIT_NAMES:
             raise ConfigError(
-                f"--splits: expected NAME=FRACTION with NAME in {', '.join(SPLIT_NAMES)}, "
-                f"got {part!r}"
+                f"expected NAME=FRACTION with NAME in {', '.join(SPLIT_NAMES)}, got {part!r}"
             )
         try:
             given[name] = float(value)
         except ValueError:
-            raise ConfigError(f"--splits: {value!r} is not a number") from None
+            raise ConfigError(f"{value!r} is not a number") from None
     fractions = {name: given.get(name, 0.0) for name in SPLIT_NAMES}
     if any(f < 0 for f in fractions.values()):
-        raise ConfigError("--splits: fractions must not be negative")
+        raise ConfigError("fractions must not be negative")
     if fractions["train"] <= 0:
-        raise ConfigError("--splits: the train fraction must be positive")
+        raise ConfigError("the train fraction must be positive")
     if abs(sum(fractions.values()) - 1.0) > 1e-6:
-        raise ConfigError(f"--splits: fractions must sum to 1, got {sum(fractions.values()):g}")
+        raise ConfigError(f"fractions must sum to 1, got {sum(fractions.values()):g}")
     return fractions
 
 
 @dataclass(frozen=True)
 class ShardConfig:
-    input: str
-    output: str
-    max_side: int = 0
-    split_fractions: dict[str, float] = field(
-        default_factory=lambda: parse_split_fractions(DEFAULT_SPLITS)
+    input: str = param(
+        help="Root folder in <label>/<file> layout, or a manifest (.csv or .jsonl with "
+        "uri,label and optional split columns); local path or gs://",
+        section="Data",
     )
-    target_shard_mb: float = 128.0
-    num_shards: int | None = None
-    min_shards: int = 2
-    compression: str = "none"
-    max_error_fraction: float = 0.05
-    max_pixels: int = MAX_PIXELS
-    label_map: str | None = None
+    output: str = param(
+        help="Output folder (local or gs://). Replaced as a whole by each run; "
+        "readers must wait for its _SUCCESS marker",
+        section="Data",
+    )
+    max_side: int = param(
+        0,
+        minimum=0,
+        maximum=8192,
+        help="Shrink stored images so their longest side is at most this many pixels "
+        "(re-encoded); 0 keeps the original size and bytes",
+        section="Data",
+    )
+    split_fractions: dict[str, float] = param(
+        flag="splits",
+        parse=parse_split_fractions,
+        default_factory=lambda: parse_split_fractions(DEFAULT_SPLITS),
+        help=f"Split fractions by hash of the image path ({DEFAULT_SPLITS}); "
+        "a manifest's split column overrides this per image",
+        section="Data",
+    )
+    target_shard_mb: float = param(
+        128.0,
+        minimum=0,
+        exclusive_minimum=True,
+        maximum=1 << 20,
+        help="Target size of one shard in MB; sets the shard count per split",
+        section="Data",
+    )
+    num_shards: int | None = param(
+        None,
+        minimum=1,
+        maximum=1 << 20,
+        help="Fixed number of shards per split, overriding --target-shard-mb",
+        section="Data",
+    )
+    min_shards: int = param(
+        2,
+        minimum=1,
+        maximum=1 << 16,
+        help="At least this many shards per non-empty split (the number of training "
+        "workers, so each gets its own files)",
+        section="Data",
+    )
+    compression: str = param(
+        DEFAULT_COMPRESSION,
+        choices=COMPRESSIONS,
+        help="Shard compression (none: JPEG/PNG bytes do not shrink under gzip, "
+        "which only costs the readers CPU; see bench/)",
+        section="Data",
+    )
+    max_error_fraction: float = param(
+        0.05,
+        minimum=0,
+        maximum=1,
+        help="Fail the job (exit 1, no _SUCCESS) when more than this fraction of the "
+        "inputs is rejected",
+        section="Data",
+    )
+    max_pixels: int = param(
+        MAX_PIXELS,
+        minimum=1,
+        maximum=1 << 40,
+        help="Reject images whose header claims more pixels than this, before decoding "
+        "them (decompression-bomb guard)",
+        section="Data",
+    )
+    label_map: str | None = param(
+        None,
+        help="JSON file {label_name: id} to use instead of ids from sorted label names; "
+        "images with other labels are dead-lettered",
+        section="Data",
+    )
 
     def __post_init__(self) -> None:
         if not self.input:
@@ -68,114 +130,15 @@ class ShardConfig:
             raise ConfigError("--output is required")
         if self.input.rstrip("/") == self.output.rstrip("/"):
             raise ConfigError("--output must differ from --input")
-        if self.max_side < 0:
-            raise ConfigError("--max-side must be >= 0 (0 keeps the original size)")
-        if self.target_shard_mb <= 0:
-            raise ConfigError("--target-shard-mb must be positive")
-        if self.num_shards is not None and self.num_shards < 1:
-            raise ConfigError("--num-shards must be >= 1")
-        if self.min_shards < 1:
-            raise ConfigError("--min-shards must be >= 1")
-        if self.compression not in COMPRESSIONS:
-            raise ConfigError(f"--compression must be one of {COMPRESSIONS}")
-        if not 0.0 <= self.max_error_fraction <= 1.0:
-            raise ConfigError("--max-error-fraction must be between 0 and 1")
-        if self.max_pixels < 1:
-            raise ConfigError("--max-pixels must be >= 1")
-
-    @property
-    def shard_suffix(self) -> str:
-        return ".tfrecord.gz" if self.compression == "gzip" else ".tfrecord"
+        stageconfig.check(self)
 
     def to_json(self) -> dict:
         return asdict(self)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--input",
-        required=True,
-        help="Root folder in <label>/<file> layout, or a manifest (.csv or .jsonl with "
-        "uri,label and optional split columns); local path or gs://.",
-    )
-    parser.add_argument(
-        "--output",
-        required=True,
-        help="Output folder (local or gs://). Replaced as a whole by each run; "
-        "readers must wait for its _SUCCESS marker.",
-    )
-    parser.add_argument(
-        "--max-side",
-        type=int,
-        default=0,
-        help="Shrink images so their longest side is at most this many pixels "
-        "(re-encoded). 0 (default) keeps the original size and bytes.",
-    )
-    parser.add_argument(
-        "--splits",
-        default=DEFAULT_SPLITS,
-        help=f"Split fractions by hash of the image path (default {DEFAULT_SPLITS}). "
-        "A manifest's split column overrides this per image.",
-    )
-    parser.add_argument(
-        "--target-shard-mb",
-        type=float,
-        default=128.0,
-        help="Target size of one shard in MB; sets the shard count per split (default 128).",
-    )
-    parser.add_argument(
-        "--num-shards",
-        type=int,
-        default=None,
-        help="Fixed number of shards per split, overriding --target-shard-mb.",
-    )
-    parser.add_argument(
-        "--min-shards",
-        type=int,
-        default=2,
-        help="At least this many shards per non-empty split (set it to the number of "
-        "training workers so each gets its own files; default 2).",
-    )
-    parser.add_argument(
-        "--compression",
-        choices=COMPRESSIONS,
-        default="none",
-        help="Shard compression (default none: JPEG/PNG bytes do not shrink under gzip, "
-        "which only costs the readers CPU; see bench/).",
-    )
-    parser.add_argument(
-        "--max-error-fraction",
-        type=float,
-        default=0.05,
-        help="Fail the job (exit 1, no _SUCCESS) when more than this fraction of the "
-        "inputs is rejected (default 0.05).",
-    )
-    parser.add_argument(
-        "--max-pixels",
-        type=int,
-        default=MAX_PIXELS,
-        help="Reject images whose header claims more pixels than this, before decoding "
-        f"them (decompression-bomb guard; default {MAX_PIXELS}).",
-    )
-    parser.add_argument(
-        "--label-map",
-        default=None,
-        help="JSON file {label_name: id} to use instead of ids from sorted label names; "
-        "images with other labels are dead-lettered.",
-    )
+    stageconfig.add_arguments(parser, ShardConfig)
 
 
 def config_from_args(args: argparse.Namespace) -> ShardConfig:
-    return ShardConfig(
-        input=args.input,
-        output=args.output,
-        max_side=args.max_side,
-        split_fractions=parse_split_fractions(args.splits),
-        target_shard_mb=args.target_shard_mb,
-        num_shards=args.num_shards,
-        min_shards=args.min_shards,
-        compression=args.compression,
-        max_error_fraction=args.max_error_fraction,
-        max_pixels=args.max_pixels,
-        label_map=args.label_map,
-    )
+    return stageconfig.from_args(ShardConfig, args)

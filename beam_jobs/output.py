@@ -25,13 +25,11 @@ from beam_jobs.config import ShardConfig
 from beam_jobs.plan import Plan
 from beam_jobs.splits import SPLIT_NAMES
 from shardspec.example import SCHEMA_VERSION
-from shardspec.tfrecord import encode_shard, shard_name
+from shardspec.layout import ERRORS_DIR, METADATA, SUCCESS, shard_name
+from shardspec.tfrecord import encode_shard
 
 log = logging.getLogger(__name__)
 
-SUCCESS = "_SUCCESS"
-METADATA = "metadata.json"
-ERRORS_DIR = "errors"
 STAGING_PREFIX = "_staging-"
 
 
@@ -87,7 +85,7 @@ def complete_shards(
         for index in range(count):
             if (split, index) in present:
                 continue
-            name = shard_name(split, index, count, config.shard_suffix)
+            name = shard_name(split, index, count, config.compression)
             write_bytes(join(staging, name), empty)
             reports.append(
                 {

@@ -66,15 +66,10 @@ class Plan:
     items: list[WorkItem]
     label_map: dict[str, int]
     shard_counts: dict[str, int]
-    estimated_bytes: dict[str, int]
 
     @property
     def num_inputs(self) -> int:
         return len(self.items)
-
-    @property
-    def num_rejected_at_listing(self) -> int:
-        return sum(1 for item in self.items if item.reject)
 
 
 def is_manifest(uri: str) -> bool:
@@ -248,9 +243,7 @@ def build_plan(config: ShardConfig) -> Plan:
         sum(1 for i in final if i.reject),
         len(label_map),
     )
-    return Plan(
-        items=final, label_map=label_map, shard_counts=shard_counts, estimated_bytes=estimated
-    )
+    return Plan(items=final, label_map=label_map, shard_counts=shard_counts)
 
 
 def _chunked(items: list[WorkItem]) -> list[WorkItem]:

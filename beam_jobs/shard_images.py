@@ -133,7 +133,7 @@ def build_pipeline(
     )
     results = items | "ReadImages" >> ReadImages(staging, config.max_side, config.max_pixels)
     reports = results[FRAGMENTS] | "WriteShards" >> WriteShards(
-        staging, shard_counts, config.compression, config.shard_suffix
+        staging, shard_counts, config.compression
     )
     reports | "WriteShardReports" >> WriteJsonLines(out.join(staging, "_reports", "shards"))
     results[ERRORS] | "WriteDeadLetters" >> WriteJsonLines(

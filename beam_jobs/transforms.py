@@ -20,7 +20,8 @@ from beam_jobs.images import ImageRejected, prepare_image
 from beam_jobs.output import write_bytes
 from beam_jobs.plan import WorkItem
 from shardspec.example import encode_example
-from shardspec.tfrecord import compress_shard, frame_record, shard_name
+from shardspec.layout import shard_name
+from shardspec.tfrecord import compress_shard, frame_record
 
 FRAGMENTS = "fragments"
 ERRORS = "errors"
@@ -142,11 +143,10 @@ class ReadImages(beam.PTransform):
 class AssembleShardFn(beam.DoFn):
     """A shard's fragment reports -> the shard file (its fragments in chunk order), a report."""
 
-    def __init__(self, directory: str, shard_counts: dict[str, int], compression: str, suffix: str):
+    def __init__(self, directory: str, shard_counts: dict[str, int], compression: str):
         self.directory = directory
         self.shard_counts = dict(shard_counts)
         self.compression = compression
-        self.suffix = suffix
         self.records_written = Metrics.counter("imagepipe", "records_written")
         self.shard_bytes = Metrics.counter("imagepipe", "shard_bytes_written")
 
@@ -159,7 +159,7 @@ class AssembleShardFn(beam.DoFn):
             with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
                 body.append(handle.read())
         data = compress_shard(b"".join(body), self.compression)
-        name = shard_name(split, index, self.shard_counts[split], self.suffix)
+        name = shard_name(split, index, self.shard_counts[split], self.compression)
         write_bytes(FileSystems.join(self.directory, name), data)
         num_records = sum(f["num_records"] for f in fragments)
         per_label: Counter = Counter()
@@ -181,12 +181,11 @@ class AssembleShardFn(beam.DoFn):
 class WriteShards(beam.PTransform):
     """Fragment reports -> shard files in `directory`; returns a PCollection of shard reports."""
 
-    def __init__(self, directory: str, shard_counts: dict[str, int], compression: str, suffix: str):
+    def __init__(self, directory: str, shard_counts: dict[str, int], compression: str):
         super().__init__()
         self.directory = directory
         self.shard_counts = shard_counts
         self.compression = compression
-        self.suffix = suffix
 
     def expand(self, fragments):
         return (
@@ -194,9 +193,7 @@ class WriteShards(beam.PTransform):
             | "KeyByShard" >> beam.Map(lambda f: ((f["split"], f["index"]), f))
             | "GroupByShard" >> beam.GroupByKey()
             | "AssembleShards"
-            >> beam.ParDo(
-                AssembleShardFn(self.directory, self.shard_counts, self.compression, self.suffix)
-            )
+            >> beam.ParDo(AssembleShardFn(self.directory, self.shard_counts, self.compression))
         )
 
 

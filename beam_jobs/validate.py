@@ -1,8 +1,15 @@
 """Checks that a shard folder is complete and trustworthy before training starts.
 
-Run by the DAG's `validate_shards` task (and usable by hand): a cheap gate that
-turns a half-written, tampered or too-dirty output into one clear error listing
-every problem, instead of a failure deep inside multi-worker training.
+Run by the DAG's `validate_shards` task (and usable by hand): a gate that turns
+a half-written, tampered or too-dirty output into one clear error listing every
+problem, instead of a failure deep inside multi-worker training.
+
+Two depths. The DAG's task reads only `_SUCCESS`, `metadata.json` and one stat
+per shard (`verify_records=False`): the sharding job already hashed what it
+wrote, and rereading terabytes on the Airflow worker to hash them again would
+take hours there; the trainer checks every record's CRC as it reads. The full
+check (every shard's sha256, CRCs and record count) is for a folder of unknown
+history, such as one copied by hand.
 """
 
 from __future__ import annotations
@@ -13,8 +20,8 @@ import json
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from beam_jobs.output import METADATA, SUCCESS
 from shardspec.example import SCHEMA_VERSION
+from shardspec.layout import DEFAULT_COMPRESSION, METADATA, SUCCESS
 from shardspec.tfrecord import CorruptShardError, iter_records
 
 
@@ -68,13 +75,20 @@ def validate_shards(
             f"{train_shards} train shard(s) for {min_train_shards} workers: each worker needs "
             f"its own file (reshard with --min-shards {min_train_shards})"
         )
-    compression = metadata.get("compression", "gzip")
+    compression = metadata.get("compression", DEFAULT_COMPRESSION)
     for split_name, split in splits.items():
         counted = 0
         for shard in split.get("shards", []):
             path = FileSystems.join(directory, shard["file"])
-            if not FileSystems.exists(path):
+            try:
+                size = FileSystems.get_filesystem(path).size(path)
+            except OSError:
                 problems.append(f"{shard['file']}: missing")
+                continue
+            if "num_bytes" in shard and size != shard["num_bytes"]:
+                problems.append(
+                    f"{shard['file']}: {size} bytes, {METADATA} says {shard['num_bytes']}"
+                )
                 continue
             if not verify_records:
                 counted += shard["num_records"]

@@ -1,8 +1,8 @@
 """image_model_pipeline: raw images -> TFRecord shards -> multi-worker training -> gated publish.
 
-shard_images -> validate_shards -> train -> evaluate -> export
+check_params -> shard_images -> validate_shards -> train -> evaluate -> publish
 
-Wiring only: each task calls a library function in beam_jobs/ or training/.
+Wiring only: each task calls a library function in orchestration/, beam_jobs/ or training/.
 Nothing heavy (TensorFlow, Beam) is imported at parse time. Every run writes
 under <output_root>/runs/<run_id>/, so clearing one task reruns just that
 stage against its upstream outputs.
@@ -18,8 +18,10 @@ from airflow.providers.apache.beam.operators.beam import BeamRunPythonPipelineOp
 from airflow.sdk import Asset, Param, dag, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException
 
-from beam_jobs.pipeline_options import dataflow_config, shard_job_options
-from training.runs import RunPaths
+from orchestration.beam_options import dataflow_config, shard_job_options
+from orchestration.params import check_run, dag_params, train_flags
+from orchestration.runs import RunPaths
+from stageconfig import ConfigError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCHEDULE = os.environ.get("IMAGEPIPE_SCHEDULE", "@daily") or None
@@ -36,116 +38,12 @@ TRAINER_IMAGE = os.environ.get("IMAGEPIPE_TRAINER_IMAGE", "imagepipe-trainer:lat
 SHARDS = Asset(name="imagepipe_shards", uri="imagepipe://image_model_pipeline/shards")
 MODEL = Asset(name="imagepipe_model", uri="imagepipe://image_model_pipeline/model")
 
+# Stage parameters come from the stage configs; see orchestration/params.py.
 PARAMS = {
-    "input_uri": Param(
-        DEFAULT_INPUT,
-        type="string",
-        minLength=1,
-        description="Raw images: a <label>/<file> folder or a .csv/.jsonl "
-        "manifest, local path or gs://.",
-    ),
-    "output_root": Param(
-        DEFAULT_OUTPUT_ROOT,
-        type="string",
-        minLength=1,
-        description="Each run writes under <output_root>/runs/<run_id>/.",
-    ),
-    "model_root": Param(
-        DEFAULT_MODEL_ROOT,
-        type="string",
-        minLength=1,
-        description="Published models: <model_root>/<model_name>/<version>/.",
-    ),
-    "model_name": Param(
-        "shapes",
-        type="string",
-        pattern="^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$",
-        description="Name the model is published under.",
-    ),
-    "architecture": Param(
-        "small_cnn",
-        type="string",
-        enum=["small_cnn", "mobilenet_v3_small", "resnet50"],
-        description="Model architecture (trained from scratch).",
-    ),
-    "image_size": Param(
-        64,
-        type="integer",
-        minimum=16,
-        maximum=512,
-        description="Square model input size in pixels.",
-    ),
-    "max_side": Param(
-        0,
-        type="integer",
-        minimum=0,
-        maximum=8192,
-        description="Shrink stored images to this longest side; 0 keeps them.",
-    ),
-    "epochs": Param(8, type="integer", minimum=1, maximum=1000, description="Training epochs."),
-    "global_batch_size": Param(
-        32,
-        type="integer",
-        minimum=1,
-        maximum=65536,
-        description="Batch size over all workers (divisible by them).",
-    ),
-    "num_workers": Param(
-        2,
-        type="integer",
-        minimum=1,
-        maximum=64,
-        description="Training workers (MultiWorkerMirroredStrategy).",
-    ),
-    "learning_rate": Param(
-        0.002,
-        type="number",
-        exclusiveMinimum=0,
-        maximum=1,
-        description="Peak learning rate (cosine decay).",
-    ),
-    "max_error_fraction": Param(
-        0.05,
-        type="number",
-        minimum=0,
-        maximum=1,
-        description="Fail sharding above this fraction of bad images.",
-    ),
-    "accuracy_gate": Param(
-        0.6,
-        type="number",
-        minimum=0,
-        maximum=1,
-        description="Publish only if held-out accuracy is at least this.",
-    ),
-    "beam_runner": Param(
-        "DirectRunner",
-        type="string",
-        enum=["DirectRunner", "DataflowRunner", "FlinkRunner", "SparkRunner"],
-        description="Beam runner for the sharding job. DirectRunner runs it here on Beam's "
-        "local FnApiRunner, in one process or one worker per core by input size.",
-    ),
-    "beam_options": Param(
-        {},
-        type="object",
-        description='Extra Beam pipeline options, e.g. {"project": "p", '
-        '"region": "europe-west1", "temp_location": "gs://b/tmp"}.',
-    ),
-    "training_launcher": Param(
-        "local",
-        type="string",
-        enum=["local", "kubernetes", "vertex"],
-        description="local: N processes here; kubernetes: N pods; vertex: a Vertex AI "
-        "CustomJob (needs gs:// paths).",
-    ),
-    "training_options": Param(
-        {},
-        type="object",
-        description='Launcher settings, e.g. kubernetes {"namespace": "ml", '
-        '"gpus_per_worker": 1}; vertex {"project": "p", "region": "europe-west4", '
-        '"machine_type": "g2-standard-8", "accelerator_type": "NVIDIA_L4", '
-        '"accelerator_count": 1}.',
-    ),
+    name: Param(**fields)
+    for name, fields in dag_params(
+        input_uri=DEFAULT_INPUT, output_root=DEFAULT_OUTPUT_ROOT, model_root=DEFAULT_MODEL_ROOT
+    ).items()
 }
 
 
@@ -173,6 +71,14 @@ def _shard_options(params, run_id) -> dict:
     doc_md=__doc__,
 )
 def image_model_pipeline():
+    @task(execution_timeout=dt.timedelta(minutes=5))
+    def check_params() -> None:
+        """Rules between stages' parameters, before any stage spends time."""
+        try:
+            check_run(get_current_context()["params"])
+        except ConfigError as err:
+            raise AirflowFailException(str(err)) from None
+
     shard_images = BeamRunPythonPipelineOperator(
         task_id="shard_images",
         py_file="beam_jobs.shard_images",
@@ -200,6 +106,7 @@ def image_model_pipeline():
                 _paths(params, context["run_id"]).shards,
                 max_error_fraction=params["max_error_fraction"],
                 min_train_shards=params["num_workers"],
+                verify_records=False,  # metadata and sizes; the job hashed what it wrote
             )
         except ShardValidationError as err:
             raise AirflowFailException(str(err)) from None  # retrying cannot fix the data
@@ -211,7 +118,7 @@ def image_model_pipeline():
         execution_timeout=dt.timedelta(hours=24),
     )
     def train(shards: dict) -> dict:
-        from training.launchers import (
+        from orchestration.launchers import (
             LauncherConfigError,
             TrainingJob,
             check_launcher_options,
@@ -219,7 +126,7 @@ def image_model_pipeline():
             render_vertex_custom_job,
             run_local,
         )
-        from training.tasks import read_training_result, submit_kubernetes, submit_vertex
+        from orchestration.submit import read_training_result, submit_kubernetes, submit_vertex
 
         context = get_current_context()
         params, paths = context["params"], _paths(context["params"], context["run_id"])
@@ -227,16 +134,7 @@ def image_model_pipeline():
             data=shards["shards_dir"],
             output=paths.train,
             num_workers=params["num_workers"],
-            train_flags={
-                k: params[k]
-                for k in (
-                    "architecture",
-                    "image_size",
-                    "epochs",
-                    "global_batch_size",
-                    "learning_rate",
-                )
-            },
+            train_flags=train_flags(params),
         )
         launcher, name = params["training_launcher"], f"imagepipe-{context['run_id']}"
         try:
@@ -289,8 +187,8 @@ def image_model_pipeline():
         outlets=[MODEL],
         execution_timeout=dt.timedelta(minutes=30),
     )
-    def export(evaluation: dict) -> dict:
-        from training.publish import publish_model
+    def publish(evaluation: dict) -> dict:
+        from orchestration.publish import publish_model
 
         context = get_current_context()
         params = context["params"]
@@ -308,8 +206,8 @@ def image_model_pipeline():
         return {**published, "accuracy": evaluation["accuracy"]}
 
     validated = validate_shards()
-    shard_images >> validated
-    export(evaluate(train(validated)))
+    check_params() >> shard_images >> validated
+    publish(evaluate(train(validated)))
 
 
 image_model_pipeline()

@@ -7,6 +7,9 @@ WORKDIR /src
 COPY pyproject.toml README.md constraints.txt ./
 COPY beam_jobs beam_jobs
 COPY training training
+COPY shardspec shardspec
+COPY stageconfig stageconfig
+COPY orchestration orchestration
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
 FROM python:3.11.7-slim-bookworm

@@ -23,7 +23,7 @@ if ! airflow dags test image_model_pipeline -c "$CONF" > "$DEMO_DIR/dag-run.log"
 fi
 python - "$DEMO_DIR/models" <<'PY'
 import json, sys
-from training.publish import latest_model_path
+from orchestration.publish import latest_model_path
 path = latest_model_path(sys.argv[1], "shapes")
 record = json.load(open(f"{path}/assets.extra/publish.json"))
 evaluation = record["evaluation"]

@@ -4,7 +4,9 @@ The feature keys, the schema version, the pixel limit both sides enforce, the
 `tf.train.Example` wire format and TFRecord framing are defined here once. It
 sits at the bottom of the import graph so that the Beam workers, the validator
 and the benchmarks can use it without paying TensorFlow's import (about 9 s and
-500 MB a process). The folder's file names (`_SUCCESS`, `metadata.json`) and
-its checker do not live here yet: `beam_jobs/output.py` and `training/shards.py`
-each still name them.
+500 MB a process). `layout.py` names the folder's files (`_SUCCESS`,
+`metadata.json`, shard names, compression). Not here yet: a typed metadata
+model and one folder checker (`beam_jobs/validate.py` checks a folder with
+Beam's filesystems, `training/shards.py` opens one with TensorFlow's).
+May import only the standard library and google-crc32c.
 """

@@ -50,15 +50,6 @@ def compress_shard(body: bytes, compression: str) -> bytes:
     raise ValueError(f"unknown compression {compression!r}")
 
 
-def tf_compression_type(compression: str) -> str:
-    """The `compression_type` string TensorFlow's readers expect."""
-    return {"gzip": "GZIP", "none": ""}[compression]
-
-
-def shard_name(split: str, index: int, count: int, suffix: str) -> str:
-    return f"{split}-{index:05d}-of-{count:05d}{suffix}"
-
-
 class CorruptShardError(ValueError):
     """A shard whose framing or CRCs do not check out."""
 

@@ -69,8 +69,3 @@ def export_serving_model(
         tf.io.gfile.rmtree(path)
     tf.io.gfile.rename(staging, path)
     return path
-
-
-def load_labels(model_path: str) -> list[str]:
-    with tf.io.gfile.GFile(posixpath.join(model_path, EXTRA_DIR, LABELS_FILE)) as handle:
-        return json.load(handle)

@@ -23,6 +23,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+import stageconfig
+from stageconfig import ConfigError
+from training.config import LaunchConfig
 from training.processes import die_with_parent
 from training.worker_env import WORKER_ENV
 
@@ -172,21 +175,16 @@ def main(argv: list[str] | None = None) -> int:
         "All other flags are passed to training.train; see python -m training.train --help.",
         allow_abbrev=False,
     )
-    parser.add_argument(
-        "--num-workers", type=int, default=2, help="Number of worker processes (default 2)."
-    )
-    parser.add_argument(
-        "--pin-cores",
-        action="store_true",
-        help="Run worker i on core i only (for benchmarks; needs as many cores as workers).",
-    )
+    stageconfig.add_arguments(parser, LaunchConfig)
     args, train_args = parser.parse_known_args(argv)
-    if args.num_workers < 1:
-        parser.error("--num-workers must be >= 1")
+    try:
+        config = stageconfig.from_args(LaunchConfig, args)
+    except ConfigError as err:
+        parser.error(str(err))
     if not train_args:
         parser.error("no training flags given (at least --data and --output)")
     try:
-        return launch(args.num_workers, train_args, pin_cores=args.pin_cores)
+        return launch(config.num_workers, train_args, pin_cores=config.pin_cores)
     except PinningError as err:  # raised before any worker starts
         parser.error(str(err))
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-ARCHITECTURES = ("small_cnn", "mobilenet_v3_small", "resnet50")
+from training.config import ARCHITECTURES
 
 
 def build_model(architecture: str, image_size: int, num_classes: int) -> keras.Model:

@@ -15,9 +15,7 @@ from dataclasses import dataclass
 import tensorflow as tf
 
 from shardspec.example import SCHEMA_VERSION
-
-SUCCESS = "_SUCCESS"
-METADATA = "metadata.json"
+from shardspec.layout import DEFAULT_COMPRESSION, METADATA, SUCCESS, tf_compression_type
 
 
 class ShardError(ValueError):
@@ -105,7 +103,7 @@ class ShardSet:
 
     @property
     def compression_type(self) -> str:
-        return {"gzip": "GZIP", "none": ""}[self.metadata.get("compression", "gzip")]
+        return tf_compression_type(self.metadata.get("compression", DEFAULT_COMPRESSION))
 
     def files(self, split: str) -> list[str]:
         shards = self.metadata["splits"].get(split, {}).get("shards", [])

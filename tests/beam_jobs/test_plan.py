@@ -38,7 +38,7 @@ def test_folder_labels_are_sorted_names_and_odd_files_are_handled(tmp_path):
     }
     assert by_key["loose.jpg"].reject == "no_label_dir"
     assert by_key["moth/nested/b.jpg"].label_id == 1
-    assert plan.num_rejected_at_listing == 1
+    assert sum(1 for item in plan.items if item.reject) == 1
 
 
 def _train_only_plan(tmp_path, images: int, classes: int, num_shards: int):

@@ -103,7 +103,7 @@ def test_a_shard_is_its_chunks_in_chunk_order_sorted_by_key(tmp_path):
         results = p | beam.Create(items) | ReadImages(str(out), max_side=0, max_pixels=10**6)
         reports = (
             results[FRAGMENTS]
-            | WriteShards(str(out), {"train": 2}, "gzip", ".tfrecord.gz")
+            | WriteShards(str(out), {"train": 2}, "gzip")
             | beam.Map(
                 lambda r: (r["file"], r["num_records"], json.dumps(r["per_label"], sort_keys=True))
             )

@@ -53,3 +53,20 @@ def test_error_fraction_over_the_limit_fails(shards_copy):
     (shards_copy / "metadata.json").write_text(json.dumps(metadata))
     with pytest.raises(ShardValidationError, match=r"error fraction 20\.0%"):
         validate_shards(str(shards_copy), max_error_fraction=0.05)
+
+
+def test_the_cheap_check_reads_no_shard_but_catches_changed_sizes(shards_copy, monkeypatch):
+    import beam_jobs.validate as validate
+
+    def no_reads(path):
+        raise AssertionError(f"read {path}")
+
+    real_read = validate._read
+    monkeypatch.setattr(
+        validate, "_read", lambda path: no_reads(path) if "tfrecord" in path else real_read(path)
+    )
+    validate_shards(str(shards_copy), max_error_fraction=0.05, verify_records=False)
+    shard = shards_copy / "train-00000-of-00002.tfrecord"
+    shard.write_bytes(shard.read_bytes()[:-7])
+    with pytest.raises(ShardValidationError, match=r"train-00000-of-00002.tfrecord: \d+ bytes"):
+        validate_shards(str(shards_copy), max_error_fraction=0.05, verify_records=False)

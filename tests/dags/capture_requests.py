@@ -18,8 +18,8 @@ from airflow.providers.google.cloud.hooks.dataflow import DataflowHook
 from airflow.providers.google.cloud.hooks.vertex_ai.custom_job import CustomJobHook
 from google.cloud.aiplatform_v1.types import CustomJob
 
-from training.launchers import TrainingJob, check_launcher_options, render_vertex_custom_job
-from training.tasks import submit_vertex
+from orchestration.launchers import TrainingJob, check_launcher_options, render_vertex_custom_job
+from orchestration.submit import submit_vertex
 
 case = json.loads(sys.argv[2])
 dag = DagBag(sys.argv[1]).dags["image_model_pipeline"]

@@ -45,6 +45,14 @@ print(
             ),
             "parse_seconds": seconds,
             "params": {k: dag.params.get_param(k).resolve() for k in dag.params},
+            "param_schemas": {
+                k: {
+                    "default": dag.params.get_param(k).value,
+                    "description": dag.params.get_param(k).description,
+                    **dag.params.get_param(k).schema,
+                }
+                for k in dag.params
+            },
             "params_described": all(dag.params.get_param(k).description for k in dag.params),
             "rejected": rejected,
             "schedule": str(dag.schedule),

@@ -7,14 +7,14 @@ import sys
 import pytest
 from google.cloud.aiplatform_v1.types import CustomJob
 
-from beam_jobs.pipeline_options import dataflow_config
-from tests.dags.airflow_env import REPO, airflow_env
-from training.launchers import (
+from orchestration.beam_options import dataflow_config
+from orchestration.launchers import (
     LauncherConfigError,
     TrainingJob,
     check_launcher_options,
     render_vertex_custom_job,
 )
+from tests.dags.airflow_env import REPO, airflow_env
 
 RUN_ID = "manual__2026-12-01T10:00:00+00:00"
 SAFE_RUN = "manual__2026-12-01T10_00_00_00_00"

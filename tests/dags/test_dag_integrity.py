@@ -4,9 +4,9 @@ import sys
 
 import pytest
 
-from beam_jobs.pipeline_options import shard_job_options
+from orchestration.beam_options import shard_job_options
+from orchestration.runs import RunPaths, safe_run_id
 from tests.dags.airflow_env import REPO, airflow_env
-from training.runs import RunPaths, safe_run_id
 
 
 @pytest.fixture(scope="module")
@@ -36,15 +36,16 @@ def test_parsing_imports_no_tensorflow_or_beam(parsed):
 
 def test_tasks_and_dependencies_are_as_documented(parsed):
     assert parsed["tasks"] == {
+        "check_params": ["shard_images"],
         "shard_images": ["validate_shards"],
         "validate_shards": ["train"],
         "train": ["evaluate"],
-        "evaluate": ["export"],
-        "export": [],
+        "evaluate": ["publish"],
+        "publish": [],
     }
     assert parsed["shard_operator"] == "BeamRunPythonPipelineOperator"
     assert parsed["outlets"]["shard_images"] == ["imagepipe_shards"]
-    assert parsed["outlets"]["export"] == ["imagepipe_model"]
+    assert parsed["outlets"]["publish"] == ["imagepipe_model"]
     assert parsed["consumer_schedule"] == ["imagepipe_model"]  # another DAG runs on a new model
 
 
@@ -81,7 +82,7 @@ def test_params_have_defaults_descriptions_and_reject_bad_values(parsed):
 def test_run_paths_are_keyed_by_a_filesystem_safe_run_id():
     paths = RunPaths.for_run("gs://b/out/", "manual__2026-12-01T10:00:00+00:00")
     assert paths.shards == "gs://b/out/runs/manual__2026-12-01T10_00_00_00_00/shards"
-    assert paths.model == "gs://b/out/runs/manual__2026-12-01T10_00_00_00_00/train/model"
+    assert paths.train == "gs://b/out/runs/manual__2026-12-01T10_00_00_00_00/train"
     assert safe_run_id("../../x") == "x"
 
 
@@ -111,3 +112,15 @@ def test_beam_operator_options_come_from_params_alone():
     }
     with pytest.raises(ValueError, match="output"):
         shard_job_options({**params, "beam_options": {"output": "elsewhere"}}, "x")
+
+
+def test_the_dags_params_are_derived_from_the_stage_configs(parsed):
+    from orchestration.params import dag_params
+
+    expected = dag_params(input_uri="", output_root="", model_root="")
+    assert list(parsed["param_schemas"]) == list(expected)
+    for name, fields in expected.items():
+        shown = parsed["param_schemas"][name]
+        for key, value in fields.items():
+            if key != "default" or name not in ("input_uri", "output_root", "model_root"):
+                assert shown.get(key) == value, (name, key)

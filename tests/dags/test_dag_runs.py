@@ -11,8 +11,8 @@ import pytest
 import tensorflow as tf
 
 from beam_jobs import sample_data
+from orchestration.publish import latest_version
 from tests.dags.airflow_env import DAG_ID, Standalone, airflow, airflow_env
-from training.publish import latest_model_path
 
 
 @pytest.fixture(scope="module")
@@ -67,8 +67,8 @@ def test_dags_test_runs_the_whole_pipeline_green(images, tmp_path):
     conf = _conf(tmp_path, images)
     run = airflow(env, "dags", "test", DAG_ID, "-c", json.dumps(conf))
     assert run.returncode == 0, (run.stdout + run.stderr)[-6000:]
-    model = latest_model_path(conf["model_root"], "shapes")
-    assert model and model.endswith("/shapes/1")
+    assert latest_version(conf["model_root"], "shapes") == 1
+    model = str(Path(conf["model_root"]) / "shapes" / "1")
     assert (Path(model) / "saved_model.pb").exists()
     assert _classify(model) >= 0.4  # chance is 0.25
     [run_dir] = (tmp_path / "out" / "runs").iterdir()

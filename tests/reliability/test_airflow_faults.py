@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from beam_jobs import sample_data
+from orchestration.publish import latest_version
 from tests.dags.airflow_env import DAG_ID, Standalone
-from training.publish import latest_model_path
 
 SECRET = "s3cr3t-imagepipe-7Qx9ZvL2"
 SECRET_ENV = {
@@ -126,7 +126,7 @@ def test_concurrent_runs_and_no_secret_anywhere(airflow, images, tmp_path):
         for v in ("1", "2")
     }
     assert published == {first, second}
-    assert latest_model_path(str(tmp_path / "models"), "shared").endswith("/shared/2")
+    assert latest_version(str(tmp_path / "models"), "shared") == 2
 
     needle = SECRET.encode()
     assert _files_containing(airflow.home / "logs", needle) == []

@@ -1,7 +1,8 @@
 import pytest
 import tensorflow as tf
 
-from shardspec.tfrecord import encode_shard, shard_name, tf_compression_type
+from shardspec.layout import shard_name, tf_compression_type
+from shardspec.tfrecord import encode_shard
 
 
 @pytest.mark.parametrize("compression", ["gzip", "none"])
@@ -28,4 +29,4 @@ def test_corruption_is_detected_by_the_crc(tmp_path):
 
 
 def test_shard_name():
-    assert shard_name("train", 3, 16, ".tfrecord.gz") == "train-00003-of-00016.tfrecord.gz"
+    assert shard_name("train", 3, 16, "gzip") == "train-00003-of-00016.tfrecord.gz"

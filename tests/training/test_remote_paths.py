@@ -14,9 +14,9 @@ import posixpath
 
 import tensorflow as tf
 
+from orchestration.publish import copy_tree
 from training import train
 from training.evaluate import evaluate_saved_model
-from training.publish import copy_tree
 from training.shards import ShardSet
 
 

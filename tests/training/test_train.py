@@ -19,7 +19,7 @@ from beam_jobs import sample_data
 from training import train
 from training.config import ConfigError, TrainConfig
 from training.distribute import ClusterInfo
-from training.export import load_labels
+from training.export import EXTRA_DIR, LABELS_FILE
 from training.shards import ShardSet
 
 # Chance is 1/4. With 16 epochs (~180 steps) runs of this configuration reach 0.7-0.9; the
@@ -90,7 +90,8 @@ def test_exported_model_classifies_raw_jpeg_bytes(two_worker_run):
     probabilities = result["probabilities"].numpy()
     assert probabilities.shape == (len(images), 4)
     np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-5)
-    assert load_labels(str(output / "model")) == list(sample_data.CLASSES)
+    labels_file = output / "model" / EXTRA_DIR / LABELS_FILE
+    assert json.loads(labels_file.read_text()) == list(sample_data.CLASSES)
     png = io.BytesIO()
     sample_data.draw_sample("cross", random.Random(1), 60, 60).save(png, format="PNG")
     assert serve(images=tf.constant([png.getvalue()]))["class_name"].shape == (1,)

@@ -3,8 +3,8 @@ import json
 import kubernetes_validate
 import pytest
 
+from orchestration.launchers import TrainingJob, render_kubernetes
 from tests.dags.airflow_env import REPO
-from training.launchers import TrainingJob, render_kubernetes
 
 JOB = TrainingJob(
     data="gs://bucket/shards",
@@ -81,8 +81,8 @@ def test_a_broken_manifest_fails_validation(manifests):
 
 def test_every_way_a_worker_starts_sets_the_worker_environment(manifests, tmp_path):
     """TensorFlow reads TF_CPU_ALLOCATOR_USE_BFC at start-up: each launcher must set it."""
+    from orchestration.launchers import render_vertex_custom_job
     from training.launch import launch
-    from training.launchers import render_vertex_custom_job
 
     expected = {"name": "TF_CPU_ALLOCATOR_USE_BFC", "value": "true"}
     for job in manifests[1:]:

@@ -4,8 +4,8 @@ import time
 
 import pytest
 
-from training import publish as publish_module
-from training.publish import LATEST, latest_model_path, latest_version, publish_model
+from orchestration import publish as publish_module
+from orchestration.publish import LATEST, latest_model_path, latest_version, publish_model
 
 
 @pytest.fixture

@@ -36,9 +36,5 @@ class RunPaths:
         return posixpath.join(self.root, "train")
 
     @property
-    def model(self) -> str:
-        return posixpath.join(self.train, "model")
-
-    @property
     def evaluation(self) -> str:
         return posixpath.join(self.root, "evaluation.json")

@@ -1,4 +1,7 @@
-"""Small glue for the orchestrator's training task; no TensorFlow import."""
+"""Submitting training to Kubernetes or Vertex AI from the Airflow task, and reading its result.
+
+No TensorFlow; the Airflow providers are imported inside the functions that use them.
+"""
 
 from __future__ import annotations
 

@@ -4,24 +4,33 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-# Beam flags a user may not override through the extra options: the run layout owns them.
-RESERVED = {"input", "output", "runner"}
+
+def _key(flag: str) -> str:
+    return flag.lstrip("-").replace("_", "-")
 
 
 def shard_job_options(params: Mapping, shards_dir: str) -> dict:
-    """Job flags plus the user's extra Beam options (`params["beam_options"]`)."""
-    extra = dict(params.get("beam_options") or {})
-    clash = RESERVED & set(extra)
-    if clash:
-        raise ValueError(f"beam_options may not set {sorted(clash)}: use the DAG parameters")
-    return {
+    """Job flags plus the user's extra Beam options (`params["beam_options"]`).
+
+    The extra options may add flags (Dataflow settings, or job flags the DAG has
+    no Param for, such as compression) but never override one the run sets, in
+    any spelling (`max_side`, `--max-side`): a Param must mean what it says.
+    """
+    job = {
         "input": params["input_uri"],
         "output": shards_dir,
         "max-side": params.get("max_side", 0),
         "max-error-fraction": params["max_error_fraction"],
         "min-shards": params["num_workers"],
-        **extra,
     }
+    extra = dict(params.get("beam_options") or {})
+    clash = sorted(k for k in extra if _key(k) in {*job, "runner"})
+    if clash:
+        raise ValueError(
+            f"beam_options may not set {clash}: the run sets them from its parameters "
+            "(beam_runner, input_uri, max_side, ...)"
+        )
+    return {**job, **extra}
 
 
 DATAFLOW_REQUIRED = ("project", "region", "temp_location")

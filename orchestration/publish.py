@@ -66,6 +66,7 @@ def latest_version(model_root: str, model_name: str) -> int | None:
 
 
 def latest_model_path(model_root: str, model_name: str) -> str | None:
+    """Where LATEST points (what `make demo` reports), or None before the first publish."""
     version = latest_version(model_root, model_name)
     return None if version is None else posixpath.join(model_root, model_name, str(version))
 

@@ -1,0 +1,214 @@
+"""One definition per stage parameter: type, default, bounds, help, and from it
+the CLI flag and the DAG Param.
+
+A stage's config is a frozen dataclass whose fields are made with `param()`.
+`check()` enforces the bounds (call it from `__post_init__`), `add_arguments()`
+and `from_args()` build and read the stage's argparse flags, and
+`dag_param_fields()` returns the keyword arguments of an Airflow `Param` (JSON
+schema) for a field, so the CLI, the config and the trigger form cannot
+disagree. Imports only the standard library: DAG files import it at parse time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import types
+import typing
+from collections.abc import Callable
+from dataclasses import MISSING, dataclass
+from typing import Any
+
+__all__ = ["ConfigError", "add_arguments", "check", "dag_param_fields", "from_args", "param"]
+
+
+class ConfigError(ValueError):
+    """A user mistake in a stage's parameters; reported as one line, exit code 2."""
+
+
+@dataclass(frozen=True)
+class Spec:
+    help: str
+    minimum: float | None = None
+    maximum: float | None = None
+    exclusive_minimum: bool = False  # (minimum, ...] instead of [minimum, ...]
+    choices: tuple | None = None
+    flag: str | None = None  # CLI name without dashes when it differs from the field's
+    parse: Callable[[str], Any] | None = None  # CLI text -> value (for non-scalar fields)
+    section: str = ""  # where the trigger form shows it
+
+
+def param(
+    default: Any = MISSING,
+    *,
+    help: str,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    exclusive_minimum: bool = False,
+    choices: tuple | None = None,
+    flag: str | None = None,
+    parse: Callable[[str], Any] | None = None,
+    section: str = "",
+    default_factory: Callable[[], Any] | None = None,
+) -> Any:
+    """A dataclass field carrying its `Spec`. No default means a required flag."""
+    spec = Spec(help, minimum, maximum, exclusive_minimum, choices, flag, parse, section)
+    if default_factory is not None:
+        return dataclasses.field(default_factory=default_factory, metadata={"spec": spec})
+    return dataclasses.field(default=default, metadata={"spec": spec})
+
+
+def _fields(cls) -> list[tuple[dataclasses.Field, Spec, type]]:
+    hints = typing.get_type_hints(cls)
+    return [
+        (f, f.metadata["spec"], hints[f.name])
+        for f in dataclasses.fields(cls)
+        if "spec" in f.metadata
+    ]
+
+
+def flag_name(field: dataclasses.Field) -> str:
+    spec: Spec = field.metadata["spec"]
+    return "--" + (spec.flag or field.name).replace("_", "-")
+
+
+def _scalar(annotation) -> tuple[type, bool]:
+    """(scalar type, optional) of `int`, `int | None`, `dict[str, float]`..."""
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return args[0], True
+    return typing.get_origin(annotation) or annotation, False
+
+
+def check(config) -> None:
+    """Raise ConfigError naming the flag for the first value outside its bounds."""
+    for field, spec, annotation in _fields(type(config)):
+        value = getattr(config, field.name)
+        kind, optional = _scalar(annotation)
+        flag = flag_name(field)
+        if value is None:
+            if optional:
+                continue
+            raise ConfigError(f"{flag} is required")
+        if kind in (int, float) and (isinstance(value, bool) or not isinstance(value, kind | int)):
+            raise ConfigError(f"{flag} must be a number, got {value!r}")
+        if spec.choices is not None and value not in spec.choices:
+            raise ConfigError(f"{flag} must be one of {', '.join(map(str, spec.choices))}")
+        low, high = spec.minimum, spec.maximum
+        if low is not None and (value <= low if spec.exclusive_minimum else value < low):
+            raise ConfigError(f"{flag} must be {_range(spec)}, got {value}")
+        if high is not None and value > high:
+            raise ConfigError(f"{flag} must be {_range(spec)}, got {value}")
+
+
+def _number(value: float) -> str:
+    return str(value) if isinstance(value, int) else f"{value:g}"
+
+
+def _range(spec: Spec) -> str:
+    low, high = spec.minimum, spec.maximum
+    if low is not None and high is not None:
+        opening = "(" if spec.exclusive_minimum else "["
+        return f"in {opening}{_number(low)}, {_number(high)}]"
+    if low is not None:
+        return f"{'>' if spec.exclusive_minimum else '>='} {_number(low)}"
+    return f"<= {_number(high)}"
+
+
+def _describe(field: dataclasses.Field, spec: Spec) -> str:
+    """The help text plus the default and range, the same words on the CLI and the form."""
+    parts = [spec.help.rstrip(".") + "."]
+    bounds = _range(spec) if spec.minimum is not None or spec.maximum is not None else ""
+    default = field.default if field.default is not MISSING else None
+    if bounds:
+        parts.append(f"Range {bounds}.")
+    if default not in (None, MISSING, "") and not isinstance(default, bool):
+        parts.append(f"Default {default}.")
+    return " ".join(parts)
+
+
+def add_arguments(parser: argparse.ArgumentParser, cls) -> None:
+    """One flag per field: `--field-name` (`--no-field` for a bool that defaults to True)."""
+    for field, spec, annotation in _fields(cls):
+        kind, _ = _scalar(annotation)
+        help_text = _describe(field, spec).replace("%", "%%")
+        if kind is bool:
+            if field.default:
+                parser.add_argument(
+                    f"--no-{(spec.flag or field.name).replace('_', '-')}",
+                    dest=field.name,
+                    action="store_false",
+                    help=help_text,
+                )
+            else:
+                parser.add_argument(
+                    flag_name(field), dest=field.name, action="store_true", help=help_text
+                )
+            continue
+        options: dict[str, Any] = {
+            "dest": field.name,
+            "help": help_text,
+            "metavar": (spec.flag or field.name).upper(),
+        }
+        if spec.parse is not None:
+            options["type"] = _argparse_type(spec.parse)
+        elif kind in (int, float, str):
+            options["type"] = kind
+        if spec.choices is not None:
+            options["choices"] = spec.choices
+        if field.default is MISSING and field.default_factory is MISSING:
+            options["required"] = True
+        elif field.default is not MISSING:
+            options["default"] = field.default
+        else:
+            options["default"] = field.default_factory()
+        parser.add_argument(flag_name(field), **options)
+
+
+def _argparse_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """argparse shows an ArgumentTypeError's own message, not "invalid value"."""
+
+    def convert(text: str) -> Any:
+        try:
+            return parse(text)
+        except ConfigError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+
+    return convert
+
+
+def from_args(cls, args: argparse.Namespace, **overrides):
+    """The config from parsed flags (plus fields the CLI does not own, as overrides)."""
+    values = {f.name: getattr(args, f.name) for f, _, _ in _fields(cls) if hasattr(args, f.name)}
+    return cls(**{**values, **overrides})
+
+
+_JSON_TYPES = {int: "integer", float: "number", str: "string", bool: "boolean", dict: "object"}
+
+
+def dag_param_fields(cls, name: str, *, default: Any = MISSING) -> dict:
+    """`Param(**fields)` for one config field: JSON-schema type, bounds, enum, text."""
+    field, spec, annotation = next(x for x in _fields(cls) if x[0].name == name)
+    kind, optional = _scalar(annotation)
+    json_type = _JSON_TYPES[kind]
+    if default is MISSING and field.default is not MISSING:
+        default = field.default
+    elif default is MISSING and field.default_factory is not MISSING:
+        default = field.default_factory()
+    elif default is MISSING:
+        raise ValueError(f"{cls.__name__}.{name} has no default: pass the Param's default")
+    schema: dict[str, Any] = {
+        "default": default,
+        "type": [json_type, "null"] if optional else json_type,
+        "title": name.replace("_", " ").capitalize(),
+        "description": _describe(field, spec),
+    }
+    if spec.section:
+        schema["section"] = spec.section
+    if spec.choices is not None:
+        schema["enum"] = list(spec.choices)
+    if spec.minimum is not None:
+        schema["exclusiveMinimum" if spec.exclusive_minimum else "minimum"] = spec.minimum
+    if spec.maximum is not None:
+        schema["maximum"] = spec.maximum
+    return schema

@@ -1,0 +1,63 @@
+import argparse
+
+import pytest
+
+import stageconfig
+from beam_jobs.config import ShardConfig
+from orchestration.beam_options import shard_job_options
+from orchestration.params import STAGE_PARAMS, check_run, dag_params, train_flags
+from stageconfig import ConfigError
+from training.config import TrainConfig
+
+PARAMS = dag_params(input_uri="in", output_root="out", model_root="models")
+DEFAULTS = {name: fields["default"] for name, fields in PARAMS.items()}
+
+
+@pytest.mark.parametrize("name", sorted(STAGE_PARAMS))
+def test_each_stage_param_is_its_configs_definition(name):
+    cls, field = STAGE_PARAMS[name]
+    parser = argparse.ArgumentParser()
+    stageconfig.add_arguments(parser, cls)
+    cli_default = parser.get_default(field)
+    expected = stageconfig.dag_param_fields(cls, field, default=PARAMS[name]["default"])
+    for key in ("type", "minimum", "maximum", "exclusiveMinimum", "enum", "description"):
+        assert PARAMS[name].get(key) == expected.get(key), key
+    if name != "input_uri":  # required on the CLI; the DAG's default is the demo folder
+        assert PARAMS[name]["default"] == cli_default
+
+
+def test_every_param_has_a_section_title_and_description():
+    for name, fields in PARAMS.items():
+        assert fields["section"] in {"Data", "Model", "Training", "Publishing", "Cloud"}, name
+        assert fields["title"] and fields["description"], name
+
+
+def test_the_default_run_passes_its_own_checks_and_builds_valid_stage_configs():
+    check_run(DEFAULTS)
+    TrainConfig(data="d", output="o", **train_flags(DEFAULTS))
+    ShardConfig(input="i", output="o", max_side=DEFAULTS["max_side"])
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"global_batch_size": 33, "num_workers": 2}, "not divisible by num_workers 2"),
+        ({"max_side": 32, "image_size": 64}, "max_side 32 is below image_size 64"),
+    ],
+)
+def test_rules_between_stages_are_checked_before_any_stage(change, message):
+    with pytest.raises(ConfigError, match=message):
+        check_run({**DEFAULTS, **change})
+
+
+@pytest.mark.parametrize("spelling", ["max_side", "max-side", "--max-side", "min_shards", "runner"])
+def test_beam_options_cannot_override_a_parameter_the_run_sets(spelling):
+    params = {**DEFAULTS, "beam_options": {spelling: 1}}
+    with pytest.raises(ValueError, match="may not set"):
+        shard_job_options(params, "shards")
+
+
+def test_beam_options_may_add_job_flags_the_dag_does_not_set():
+    params = {**DEFAULTS, "beam_options": {"compression": "gzip", "project": "p"}}
+    options = shard_job_options(params, "shards")
+    assert options["compression"] == "gzip" and options["max-side"] == DEFAULTS["max_side"]

@@ -1,0 +1,61 @@
+import argparse
+from dataclasses import dataclass
+
+import pytest
+
+import stageconfig
+from stageconfig import ConfigError, param
+
+
+@dataclass(frozen=True)
+class Example:
+    path: str = param(help="Where")
+    count: int = param(3, minimum=1, maximum=10, help="How many", section="S")
+    rate: float = param(0.5, minimum=0, exclusive_minimum=True, maximum=1, help="How fast")
+    mode: str = param("a", choices=("a", "b"), help="Which")
+    limit: int | None = param(None, minimum=1, help="Optional cap")
+    loud: bool = param(False, help="Talk more")
+    tidy: bool = param(True, help="Clean up")
+
+    def __post_init__(self):
+        stageconfig.check(self)
+
+
+def parse(argv):
+    parser = argparse.ArgumentParser()
+    stageconfig.add_arguments(parser, Example)
+    return stageconfig.from_args(Example, parser.parse_args(argv))
+
+
+def test_flags_defaults_and_bools_come_from_the_fields():
+    assert parse(["--path", "p"]) == Example(path="p")
+    config = parse(["--path", "p", "--count", "4", "--loud", "--no-tidy", "--limit", "2"])
+    assert (config.count, config.loud, config.tidy, config.limit) == (4, True, False, 2)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("count", 0, r"--count must be in \[1, 10\], got 0"),
+        ("count", 11, r"--count must be in \[1, 10\], got 11"),
+        ("rate", 0.0, r"--rate must be in \(0, 1\], got 0.0"),
+        ("mode", "c", "--mode must be one of a, b"),
+        ("limit", 0, "--limit must be >= 1, got 0"),
+        ("count", 2.5, "--count must be a number"),
+        ("count", True, "--count must be a number"),
+    ],
+)
+def test_values_outside_the_definition_are_one_line_errors(field, value, message):
+    with pytest.raises(ConfigError, match=message):
+        Example(path="p", **{field: value})
+
+
+def test_the_dag_param_carries_the_same_type_bounds_and_words():
+    fields = stageconfig.dag_param_fields(Example, "count")
+    assert fields["default"] == 3 and fields["type"] == "integer"
+    assert (fields["minimum"], fields["maximum"], fields["section"]) == (1, 10, "S")
+    assert "Range in [1, 10]" in fields["description"]
+    rate = stageconfig.dag_param_fields(Example, "rate")
+    assert rate["exclusiveMinimum"] == 0 and "minimum" not in rate
+    assert stageconfig.dag_param_fields(Example, "limit")["type"] == ["integer", "null"]
+    assert stageconfig.dag_param_fields(Example, "mode")["enum"] == ["a", "b"]
