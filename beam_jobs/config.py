@@ -116,6 +116,15 @@ class ShardConfig:
         "them (decompression-bomb guard)",
         section="Data",
     )
+    max_file_mb: float = param(
+        256.0,
+        minimum=0,
+        exclusive_minimum=True,
+        maximum=1 << 20,
+        help="Dead-letter files larger than this many MB (file_too_large) instead of "
+        "reading them: every read is bounded",
+        section="Data",
+    )
     label_map: str | None = param(
         None,
         help="JSON file {label_name: id} to use instead of ids from sorted label names; "

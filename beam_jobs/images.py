@@ -2,28 +2,53 @@
 
 Every file either comes out as bytes the trainer can decode (JPEG or PNG, 8-bit
 RGB or grayscale, upright) or is rejected with a short, precise reason that ends
-up in the dead-letter output. The original bytes are kept whenever they are
-already fine, so a record is byte-identical to its source unless something had
-to change (resize, format, colour mode, EXIF rotation).
+up in the dead-letter output.
+
+Pillow is more lenient than TensorFlow's decoders (it decodes a PNG with a bad
+chunk CRC, a PNG cut after its last IDAT, a JPEG without its end marker), and
+the Beam workers must not import TensorFlow to ask it. So the original bytes are
+stored only when they are proven by checks at least as strict as TensorFlow's:
+the stream ends where its format says it ends, every PNG chunk's CRC is right
+(`verify()`), the full decode succeeded, and the file is a single JPEG or PNG.
+Anything not proven is re-encoded from the pixels Pillow decoded. A record is
+therefore byte-identical to its source unless something had to change (resize,
+format, colour mode, EXIF rotation, or a failed strict check).
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
+import struct
 import warnings
 from dataclasses import dataclass
 
-from PIL import Image, ImageOps, UnidentifiedImageError
+from PIL import Image, ImageOps, PngImagePlugin, UnidentifiedImageError
 
 from shardspec.example import MAX_PIXELS
 
 # Formats accepted as input. JPEG and PNG are stored as they are; the others are
 # converted to PNG (lossless) because the trainer's decoder is only fed JPEG/PNG.
-ACCEPTED_FORMATS = {"JPEG": "jpeg", "PNG": "png", "GIF": "png", "BMP": "png", "WEBP": "png"}
+# MPO (what many phone cameras write: a JPEG followed by more JPEG frames) is stored as
+# its first frame, re-encoded.
+ACCEPTED_FORMATS = {
+    "JPEG": "jpeg",
+    "MPO": "jpeg",
+    "PNG": "png",
+    "GIF": "png",
+    "BMP": "png",
+    "WEBP": "png",
+}
+# Formats whose original bytes may be stored when every strict check passes.
+STORED_AS_IS = ("JPEG", "PNG")
 # Modes TensorFlow's decoders read directly into uint8 with channels=3.
 PASSTHROUGH_MODES = {"RGB", "L"}
 JPEG_REENCODE_QUALITY = 95
+# Pillow refuses a PNG whose text chunks exceed 1 MB (MAX_TEXT_CHUNK), a guard against
+# zTXt decompression bombs; metadata is not pixels, and a valid photo may carry a large
+# XMP or ICC text. Raised, still bounded: a chunk at most 64 MB decompressed, 128 MB in all.
+PngImagePlugin.MAX_TEXT_CHUNK = 64 << 20
+PngImagePlugin.MAX_TEXT_MEMORY = 128 << 20
 EXIF_ORIENTATION = 0x0112
 
 
@@ -73,9 +98,14 @@ def prepare_image(data: bytes, *, max_side: int = 0, max_pixels: int = MAX_PIXEL
     width, height = image.size
     if width < 1 or height < 1:
         raise ImageRejected("empty_image", f"{width}x{height}")
-    if width * height > max_pixels:
+    # A GIF's frames may be larger than its logical screen (image.size): a 1x1 screen
+    # can announce a 20000x20000 frame. Serving applies the same rule (training/features).
+    largest = gif_largest_pixels(data) if source_format == "GIF" else width * height
+    if max(largest, width * height) > max_pixels:
         raise ImageRejected(
-            "too_many_pixels", f"{width}x{height} exceeds the limit of {max_pixels} pixels"
+            "too_many_pixels",
+            f"{width}x{height} (largest frame {largest} pixels) exceeds the limit of "
+            f"{max_pixels} pixels",
         )
 
     try:
@@ -97,10 +127,8 @@ def prepare_image(data: bytes, *, max_side: int = 0, max_pixels: int = MAX_PIXEL
         image, changed = image.resize(size, Image.Resampling.LANCZOS), True
 
     target_format = ACCEPTED_FORMATS[source_format]
-    if source_format not in ("JPEG", "PNG") or not _properly_terminated(data, source_format):
-        # Pillow decodes some files TensorFlow refuses (a PNG cut after its last IDAT, a
-        # JPEG without its end marker); store what Pillow decoded, re-encoded.
-        changed = True
+    if not changed and not _proven(data, source_format):
+        changed = True  # store what Pillow decoded, re-encoded
 
     encoded = _encode(image, target_format) if changed else data
     return PreparedImage(
@@ -111,6 +139,45 @@ def prepare_image(data: bytes, *, max_side: int = 0, max_pixels: int = MAX_PIXEL
         sha256=hashlib.sha256(encoded).hexdigest(),
         reencoded=changed,
     )
+
+
+def _proven(data: bytes, source_format: str) -> bool:
+    """The original bytes pass checks at least as strict as TensorFlow's decoders."""
+    if source_format not in STORED_AS_IS or not _properly_terminated(data, source_format):
+        return False
+    if source_format == "PNG":
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                Image.open(io.BytesIO(data)).verify()  # every chunk's CRC, through IEND
+        except Exception:
+            return False
+    return True
+
+
+def gif_largest_pixels(data: bytes) -> int:
+    """The largest of a GIF's logical screen and its frames, in pixels, from the block
+    structure alone (no decoding). Stops at the trailer or at the first broken block."""
+    if len(data) < 13:
+        return 0
+    width, height, flags = struct.unpack_from("<HHB", data, 6)
+    largest = width * height
+    pos = 13 + (3 << ((flags & 7) + 1) if flags & 0x80 else 0)  # global colour table
+    while pos < len(data):
+        block = data[pos]
+        if block == 0x21:  # extension: label byte, then sub-blocks
+            pos += 2
+        elif block == 0x2C and pos + 10 <= len(data):  # image descriptor
+            frame_width, frame_height, frame_flags = struct.unpack_from("<HHB", data, pos + 5)
+            largest = max(largest, frame_width * frame_height)
+            local_table = 3 << ((frame_flags & 7) + 1) if frame_flags & 0x80 else 0
+            pos += 10 + local_table + 1  # + LZW minimum code size, then sub-blocks
+        else:  # trailer (0x3B) or not a block
+            return largest
+        while pos < len(data) and data[pos]:
+            pos += data[pos] + 1
+        pos += 1
+    return largest
 
 
 def _properly_terminated(data: bytes, source_format: str) -> bool:

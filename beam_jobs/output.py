@@ -21,7 +21,9 @@ from collections import Counter
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from beam_jobs import fs
 from beam_jobs.config import ShardConfig
+from beam_jobs.fs import files_under
 from beam_jobs.plan import Plan
 from beam_jobs.splits import SPLIT_NAMES
 from shardspec.example import SCHEMA_VERSION
@@ -45,27 +47,20 @@ def invalidate(output: str) -> None:
     """Make the output untrusted for the duration of a rerun."""
     marker = join(output, SUCCESS)
     if FileSystems.exists(marker):
-        FileSystems.delete([marker])
-
-
-def _files(pattern: str) -> list[str]:
-    return [m.path for m in FileSystems.match([pattern])[0].metadata_list]
+        fs.delete([marker])
 
 
 def delete_tree(directory: str) -> None:
-    paths = _files(join(directory, "**"))
+    paths = files_under(directory)
     if paths:
-        FileSystems.delete(paths)
+        fs.delete(paths)
     if FileSystems.exists(directory):  # local folders (GCS has no folder objects)
-        FileSystems.delete([directory])
+        fs.delete([directory])
 
 
-def read_json_lines(pattern: str) -> list[dict]:
-    rows = []
-    for path in sorted(_files(pattern)):
-        with FileSystems.open(path) as handle:
-            rows.extend(json.loads(line) for line in handle.read().decode().splitlines() if line)
-    return rows
+def read_json_lines(directory: str, pattern: str) -> list[dict]:
+    """Rows of the JSON-lines files matching `pattern` in the literal `directory`."""
+    return fs.read_json_lines(files_under(directory, pattern))
 
 
 def write_bytes(path: str, data: bytes) -> None:
@@ -145,15 +140,15 @@ def build_metadata(
 
 def publish(output: str, staging: str, metadata: dict, *, success: bool) -> None:
     """Replace the previous output with the staged one; `_SUCCESS` last, if `success`."""
-    for path in _files(join(output, "*")):
+    for path in files_under(output, "*"):
         name = path.rsplit("/", 1)[-1]
         if name == METADATA or any(name.startswith(f"{s}-") for s in SPLIT_NAMES):
-            FileSystems.delete([path])
+            fs.delete([path])
     delete_tree(join(output, ERRORS_DIR))
     for stale in _staging_dirs(output) - {staging.rstrip("/")}:
         delete_tree(stale)
 
-    staged = _files(join(staging, "**"))
+    staged = files_under(staging)
     sources, destinations = [], []
     for path in staged:
         relative = path[len(staging) :].lstrip("/")
@@ -182,5 +177,5 @@ def _staging_dirs(output: str) -> set[str]:
     prefix = join(output, STAGING_PREFIX)
     return {
         prefix + path[len(prefix) :].split("/", 1)[0]
-        for path in _files(join(output, f"{STAGING_PREFIX}*", "**"))
+        for path in files_under(output, f"{STAGING_PREFIX}*/**")
     }

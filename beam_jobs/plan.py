@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, replace
 
 from apache_beam.io.filesystems import FileSystems
 
+from beam_jobs import fs
 from beam_jobs.config import ShardConfig
 from beam_jobs.splits import SPLIT_NAMES, assign_split, hash_fraction
 
@@ -81,37 +82,64 @@ def _is_hidden(relative: str) -> bool:
 
 
 def list_folder(root: str) -> tuple[list[WorkItem], dict[str, int]]:
-    """<root>/<label>/<file> -> items keyed by their path relative to root, and sizes."""
-    root = root.rstrip("/")
-    if "://" not in root and not FileSystems.exists(root):
+    """<root>/<label>/<file> -> items keyed by their path relative to root, and sizes.
+
+    Paths are taken literally (a folder named `in[1]` is not a pattern), and a
+    local special file (FIFO, socket, device) or dangling symlink is dead-lettered
+    instead of read: opening a FIFO would block the job forever.
+    """
+    root = root.rstrip("/") or "/"
+    if not fs.is_remote(root) and not os.path.isdir(root):
+        if os.path.exists(root):
+            raise InputError(
+                f"input {root} is a file: give a folder of <label>/<file> or a .csv/.jsonl manifest"
+            )
         raise InputError(f"input path does not exist: {root}")
     # Object stores have no folders to test for: an absent prefix simply matches nothing.
-    matches = FileSystems.match([root + "/**"])[0].metadata_list
-    if not matches and "://" in root:
+    entries = fs.walk(root)
+    if not entries and fs.is_remote(root):
         raise InputError(f"no input files found under {root} (missing or empty prefix)")
     items, sizes = [], {}
-    for meta in sorted(matches, key=lambda m: m.path):
-        relative = meta.path[len(root) :].lstrip("/")
+    for entry in entries:
+        relative = entry.path[len(root) :].lstrip("/")
         if not relative or _is_hidden(relative):
             continue  # dot-files, _SUCCESS-style markers, editor droppings
         parts = relative.split("/")
-        if len(parts) < 2:
-            items.append(WorkItem(uri=meta.path, key=relative, label="", reject="no_label_dir"))
-            continue
-        items.append(WorkItem(uri=meta.path, key=relative, label=parts[0]))
-        sizes[relative] = meta.size_in_bytes
+        label = parts[0] if len(parts) > 1 else ""
+        reject = entry.problem or ("" if label else "no_label_dir")
+        items.append(WorkItem(uri=entry.path, key=relative, label=label, reject=reject))
+        if not reject:
+            sizes[relative] = entry.size
     return items, sizes
+
+
+def check_output_outside_input(input_root: str, output: str) -> None:
+    """The job replaces its output as a whole; inside the input it would list its own
+    shards as images on the next run, under a label named after the output folder."""
+    if fs.is_remote(input_root) != fs.is_remote(output):
+        return
+    if fs.is_remote(input_root):
+        inside = (output.rstrip("/") + "/").startswith(input_root.rstrip("/") + "/")
+    else:
+        real_input, real_output = os.path.realpath(input_root), os.path.realpath(output)
+        inside = os.path.commonpath([real_input, real_output]) == real_input
+    if inside:
+        raise InputError(
+            f"--output {output} is inside --input {input_root}: the next run would read its "
+            "own shards as images; choose an output folder outside the input"
+        )
 
 
 def _manifest_rows(uri: str, text: str) -> Iterable[tuple[int, dict]]:
     if uri.lower().endswith(".csv"):
-        reader = csv.DictReader(io.StringIO(text))
+        reader = csv.DictReader(io.StringIO(text, newline=""))
         if not reader.fieldnames or not {"uri", "label"} <= set(reader.fieldnames):
             raise InputError(f"manifest {uri}: the header must name 'uri' and 'label' columns")
         for line_no, row in enumerate(reader, start=2):
             yield line_no, row
         return
-    for line_no, line in enumerate(text.splitlines(), start=1):
+    # "\n" only: str.splitlines() would also cut a line at U+2028/U+2029/U+0085 in a name
+    for line_no, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         try:
@@ -130,15 +158,13 @@ def list_manifest(uri: str) -> tuple[list[WorkItem], dict[str, int]]:
         raise InputError(f"manifest does not exist: {uri}")
     with FileSystems.open(uri) as handle:
         try:
-            text = handle.read().decode("utf-8")
+            text = handle.read().decode("utf-8-sig")  # a BOM (Excel writes one) is not data
         except UnicodeDecodeError:
             raise InputError(f"manifest {uri} is not UTF-8 text") from None
     base = posixpath.dirname(uri) if "://" in uri else os.path.dirname(os.path.abspath(uri))
-    items = []
+    items, seen = [], set()
     for line_no, row in _manifest_rows(uri, text):
-        raw_uri = str(row.get("uri") or "").strip()
-        label = str(row.get("label") or "").strip()
-        split = str(row.get("split") or "").strip()
+        raw_uri, label, split = (_cell(row.get(name)) for name in ("uri", "label", "split"))
         if not raw_uri or not label:
             items.append(
                 WorkItem(
@@ -155,15 +181,35 @@ def list_manifest(uri: str) -> tuple[list[WorkItem], dict[str, int]]:
         resolved = raw_uri
         if "://" not in raw_uri and not raw_uri.startswith("/"):
             resolved = FileSystems.join(base, raw_uri)
+        if resolved in seen:  # the first row wins, whatever the others' labels say
+            items.append(
+                WorkItem(
+                    uri=f"{resolved}#{line_no}", key=f"{raw_uri}#{line_no}", label=label,
+                    reject="duplicate_uri",
+                )
+            )  # fmt: skip
+            continue
+        seen.add(resolved)
         items.append(WorkItem(uri=resolved, key=raw_uri, label=label, split=split))
     sample = sorted((i for i in items if not i.reject), key=lambda i: hash_fraction(i.key))
     sizes = {}
     for item in sample[:SIZE_SAMPLE]:
-        try:
-            sizes[item.key] = FileSystems.match([item.uri])[0].metadata_list[0].size_in_bytes
-        except Exception:  # missing files are dead-lettered when read; not a listing error
-            continue
+        entry = fs.check_readable(item.uri, max_bytes=2**63)
+        if not entry.problem:  # missing files are dead-lettered when read, not here
+            sizes[item.key] = entry.size
     return items, sizes
+
+
+def _cell(value) -> str:
+    """A manifest value as text: strings and integers (label 0 is a label); anything
+    else (a list, an object, a float, true) makes the row bad."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value.strip()
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return ""
 
 
 def load_label_map(uri: str) -> dict[str, int]:
@@ -187,6 +233,7 @@ def build_plan(config: ShardConfig) -> Plan:
     if is_manifest(config.input):
         items, sizes = list_manifest(config.input)
     else:
+        check_output_outside_input(config.input, config.output)
         items, sizes = list_folder(config.input)
     if not items:
         raise InputError(f"no input files found under {config.input}")

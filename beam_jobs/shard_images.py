@@ -23,6 +23,7 @@ from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions,
 
 from beam_jobs import output as out
 from beam_jobs.config import ConfigError, ShardConfig, add_arguments, config_from_args
+from beam_jobs.fs import escape_glob
 from beam_jobs.local_runner import LOCAL_RUNNER, LOCAL_RUNNER_NAMES, choose_local_mode
 from beam_jobs.plan import InputError, WorkItem, build_plan
 from beam_jobs.transforms import ERRORS, FRAGMENTS, ReadImages, WriteJsonLines, WriteShards
@@ -128,16 +129,20 @@ def build_pipeline(
 ) -> None:
     items = (
         p
-        | "ReadPlan" >> beam.io.ReadFromText(plan_path)
+        | "ReadPlan" >> beam.io.ReadFromText(escape_glob(plan_path))
         | "ParsePlan" >> beam.Map(WorkItem.from_json)
     )
-    results = items | "ReadImages" >> ReadImages(staging, config.max_side, config.max_pixels)
+    results = items | "ReadImages" >> ReadImages(
+        staging, config.max_side, config.max_pixels, int(config.max_file_mb * 2**20)
+    )
     reports = results[FRAGMENTS] | "WriteShards" >> WriteShards(
         staging, shard_counts, config.compression
     )
-    reports | "WriteShardReports" >> WriteJsonLines(out.join(staging, "_reports", "shards"))
+    reports | "WriteShardReports" >> WriteJsonLines(
+        out.join(staging, "_reports", "shards"), key_field="file"
+    )
     results[ERRORS] | "WriteDeadLetters" >> WriteJsonLines(
-        out.join(staging, out.ERRORS_DIR, "errors")
+        out.join(staging, out.ERRORS_DIR, "errors"), key_field="key", num_files=4
     )
 
 
@@ -169,9 +174,9 @@ def shard_images(
     with beam.Pipeline(options=options) as pipeline:
         build_pipeline(pipeline, config, plan_path, staging, plan.shard_counts)
 
-    reports = out.read_json_lines(out.join(staging, "_reports", "shards*"))
+    reports = out.read_json_lines(out.join(staging, "_reports"), "shards*")
     reports = out.complete_shards(staging, plan, reports, config)
-    errors = out.read_json_lines(out.join(staging, out.ERRORS_DIR, "*"))
+    errors = out.read_json_lines(out.join(staging, out.ERRORS_DIR), "*")
     metadata = out.build_metadata(config, plan, reports, errors, runner)
     within_budget = metadata["error_fraction"] <= config.max_error_fraction
     metadata["status"] = "ok" if within_budget else "failed: too many rejected images"

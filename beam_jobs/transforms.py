@@ -16,13 +16,16 @@ from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
+from beam_jobs import fs
 from beam_jobs.images import ImageRejected, prepare_image
 from beam_jobs.output import write_bytes
 from beam_jobs.plan import WorkItem
+from beam_jobs.splits import hash_fraction
 from shardspec.example import encode_example
 from shardspec.layout import shard_name
 from shardspec.tfrecord import compress_shard, frame_record
 
+DEFAULT_MAX_BYTES = 256 << 20
 FRAGMENTS = "fragments"
 ERRORS = "errors"
 # Inside the staging folder; names starting with "_" are never published.
@@ -39,15 +42,25 @@ def error_record(item: WorkItem, reason: str, detail: str = "") -> dict:
     }
 
 
-def read_record(item: WorkItem, max_side: int, max_pixels: int) -> tuple[bytes, bool] | dict:
+def read_record(
+    item: WorkItem, max_side: int, max_pixels: int, max_bytes: int = DEFAULT_MAX_BYTES
+) -> tuple[bytes, bool] | dict:
     """One planned input -> (serialised Example, re-encoded?) or a dead-letter dict."""
     if item.reject:
         return error_record(item, item.reject)
+    # Checked again here, not only when listing: a manifest names files the listing never
+    # saw, and a file can change in between. Only regular files are opened (a FIFO would
+    # block forever), and no read is larger than max_bytes (+1, to notice a grown file).
+    entry = fs.check_readable(item.uri, max_bytes)
+    if entry.problem:
+        return error_record(item, entry.problem, entry.detail)
     try:
         with FileSystems.open(item.uri, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-            data = handle.read()
+            data = handle.read(max_bytes + 1)
     except Exception as err:
         return error_record(item, "unreadable", f"{type(err).__name__}: {err}")
+    if len(data) > max_bytes:
+        return error_record(item, "file_too_large", f"more than {max_bytes} bytes (--max-file-mb)")
     try:
         image = prepare_image(data, max_side=max_side, max_pixels=max_pixels)
     except ImageRejected as rejected:
@@ -83,10 +96,13 @@ class ReadChunkFn(beam.DoFn):
     Rejected inputs leave through the `errors` tagged output.
     """
 
-    def __init__(self, directory: str, max_side: int, max_pixels: int):
+    def __init__(
+        self, directory: str, max_side: int, max_pixels: int, max_bytes: int = DEFAULT_MAX_BYTES
+    ):
         self.directory = directory
         self.max_side = max_side
         self.max_pixels = max_pixels
+        self.max_bytes = max_bytes
         self.images_read = Metrics.counter("imagepipe", "images_read")
         self.images_reencoded = Metrics.counter("imagepipe", "images_reencoded")
         self.images_failed = Metrics.counter("imagepipe", "images_failed")
@@ -95,7 +111,7 @@ class ReadChunkFn(beam.DoFn):
         (split, shard, chunk), items = element
         framed, per_label = [], Counter()
         for item in sorted(items, key=lambda i: i.key):  # the shard's record order
-            outcome = read_record(item, self.max_side, self.max_pixels)
+            outcome = read_record(item, self.max_side, self.max_pixels, self.max_bytes)
             if isinstance(outcome, dict):
                 self.images_failed.inc()
                 yield beam.pvalue.TaggedOutput(ERRORS, outcome)
@@ -121,11 +137,14 @@ class ReadChunkFn(beam.DoFn):
 class ReadImages(beam.PTransform):
     """WorkItems -> tagged outputs `fragments` (reports of fragment files) and `errors`."""
 
-    def __init__(self, directory: str, max_side: int, max_pixels: int):
+    def __init__(
+        self, directory: str, max_side: int, max_pixels: int, max_bytes: int = DEFAULT_MAX_BYTES
+    ):
         super().__init__()
         self.directory = directory
         self.max_side = max_side
         self.max_pixels = max_pixels
+        self.max_bytes = max_bytes
 
     def expand(self, items):
         return (
@@ -134,9 +153,9 @@ class ReadImages(beam.PTransform):
             | "KeyByChunk" >> beam.Map(lambda item: (chunk_key(item), item))
             | "GroupByChunk" >> beam.GroupByKey()
             | "ReadAndValidate"
-            >> beam.ParDo(ReadChunkFn(self.directory, self.max_side, self.max_pixels)).with_outputs(
-                ERRORS, main=FRAGMENTS
-            )
+            >> beam.ParDo(
+                ReadChunkFn(self.directory, self.max_side, self.max_pixels, self.max_bytes)
+            ).with_outputs(ERRORS, main=FRAGMENTS)
         )
 
 
@@ -198,15 +217,41 @@ class WriteShards(beam.PTransform):
 
 
 class WriteJsonLines(beam.PTransform):
-    """Dicts -> sharded JSONL files under `prefix` (dead letters, shard reports)."""
+    """Dicts -> `{prefix}-{i:05d}-of-{n:05d}.jsonl` (dead letters, shard reports).
 
-    def __init__(self, prefix: str):
+    Written with `FileSystems.create` on literal paths rather than `WriteToText`,
+    whose finalisation matches file patterns and fails on an output folder named
+    with `[`, `*` or `?`. Rows go to a file by a hash of their `key_field`, sorted
+    inside it, so the same rows always give the same files; all `num_files` files
+    are written, empty ones included, so the set is always whole.
+    """
+
+    def __init__(self, prefix: str, key_field: str, num_files: int = 1):
         super().__init__()
         self.prefix = prefix
+        self.key_field = key_field
+        self.num_files = num_files
 
     def expand(self, rows):
+        num_files, key_field, prefix = self.num_files, self.key_field, self.prefix
+
+        def by_file(row):
+            return int(hash_fraction(str(row[key_field])) * num_files), row
+
+        def write(element):
+            index, members = element
+            rows = (r for r in members if r is not None)
+            lines = sorted(json.dumps(r, sort_keys=True, ensure_ascii=False) for r in rows)
+            path = f"{prefix}-{index:05d}-of-{num_files:05d}.jsonl"
+            write_bytes(path, "".join(line + "\n" for line in lines).encode())
+            return path
+
+        every_file = rows.pipeline | "EveryFile" >> beam.Create(
+            [(i, None) for i in range(num_files)]
+        )
         return (
-            rows
-            | "ToJson" >> beam.Map(lambda row: json.dumps(row, sort_keys=True, ensure_ascii=False))
-            | "WriteJsonl" >> beam.io.WriteToText(self.prefix, file_name_suffix=".jsonl")
+            (rows | "ByFile" >> beam.Map(by_file), every_file)
+            | "WithEveryFile" >> beam.Flatten()
+            | "GroupByFile" >> beam.GroupByKey()
+            | "Write" >> beam.Map(write)
         )

@@ -188,17 +188,20 @@ def image_model_pipeline():
         execution_timeout=dt.timedelta(minutes=30),
     )
     def publish(evaluation: dict) -> dict:
-        from orchestration.publish import publish_model
+        from orchestration.publish import PublishError, publish_model
 
         context = get_current_context()
         params = context["params"]
-        published = publish_model(
-            evaluation["model_dir"],
-            params["model_root"],
-            params["model_name"],
-            run_id=context["run_id"],
-            evaluation=evaluation,
-        )
+        try:
+            published = publish_model(
+                evaluation["model_dir"],
+                params["model_root"],
+                params["model_name"],
+                run_id=context["run_id"],
+                evaluation=evaluation,
+            )
+        except PublishError as err:
+            raise AirflowFailException(str(err)) from None
         print(
             f"published model {params['model_name']} version {published['version']} at "
             f"{published['path']} (accuracy {evaluation['accuracy']:.3f})"

@@ -22,13 +22,25 @@ import fcntl
 import json
 import os
 import posixpath
+import re
+import time
 import uuid
 from collections.abc import Iterator
 
 import tensorflow as tf
 
+from orchestration.params import MODEL_NAME_PATTERN
+
 LATEST = "LATEST"
 PUBLISH_RECORD = posixpath.join("assets.extra", "publish.json")
+STAGING_PREFIX = ".staging-"
+# A staging folder older than this belongs to a publisher that died mid-copy (a live one
+# renames its folder into place as soon as the copy ends); the next publish removes it.
+STALE_STAGING_SECONDS = 6 * 3600
+
+
+class PublishError(ValueError):
+    """A publishing request that cannot be right (a model name that is not a name)."""
 
 
 def _versions(model_home: str) -> list[int]:
@@ -105,11 +117,33 @@ def _published_version(model_home: str, run_id: str) -> int | None:
     return None
 
 
+def _remove_stale_staging(model_home: str, now: float | None = None) -> None:
+    """Call with the publish lock held: staging folders of publishers killed mid-copy."""
+    if not tf.io.gfile.isdir(model_home):
+        return
+    now = time.time() if now is None else now
+    for name in tf.io.gfile.listdir(model_home):
+        name = name.rstrip("/")
+        if not name.startswith(STAGING_PREFIX):
+            continue
+        started = name[len(STAGING_PREFIX) :].split("-", 1)[0]
+        # Older releases named it without a time: stale by definition once we hold the lock
+        # and see it (their publishers held no lock while copying, but are long gone).
+        if not started.isdigit() or now - int(started) > STALE_STAGING_SECONDS:
+            tf.io.gfile.rmtree(posixpath.join(model_home, name))
+
+
 def publish_model(
     model_dir: str, model_root: str, model_name: str, *, run_id: str, evaluation: dict | None = None
 ) -> dict:
+    if not re.fullmatch(MODEL_NAME_PATTERN, model_name or ""):
+        raise PublishError(
+            f"model name {model_name!r} is not a plain name (letters, digits, '.', '_', '-'; "
+            "at most 63; no path separators): it would be published outside the model root"
+        )
     model_home = posixpath.join(model_root.rstrip("/"), model_name)
     with _publish_lock(model_home):
+        _remove_stale_staging(model_home)
         version = _published_version(model_home, run_id)
         if version is not None:
             _set_latest(model_home, version)
@@ -119,7 +153,9 @@ def publish_model(
                 "reused": True,
             }
 
-    staging = posixpath.join(model_home, f".staging-{uuid.uuid4().hex[:12]}")
+    staging = posixpath.join(
+        model_home, f"{STAGING_PREFIX}{int(time.time())}-{uuid.uuid4().hex[:8]}"
+    )
     copy_tree(model_dir, staging)
     tf.io.gfile.makedirs(posixpath.dirname(posixpath.join(staging, PUBLISH_RECORD)))
     with tf.io.gfile.GFile(posixpath.join(staging, PUBLISH_RECORD), "w") as handle:

@@ -36,9 +36,10 @@ def export_serving_model(
     names = tf.constant(label_names)
 
     def serve(encoded_images):
+        positions = tf.range(tf.shape(encoded_images)[0])
         images = tf.map_fn(
-            lambda encoded: features.decode_image(encoded, image_size),
-            encoded_images,
+            lambda element: features.decode_image(element[0], image_size, index=element[1]),
+            (encoded_images, positions),
             fn_output_signature=tf.TensorSpec([image_size, image_size, 3], tf.float32),
         )
         probabilities = tf.nn.softmax(tf.cast(model(images, training=False), tf.float32))

@@ -91,8 +91,58 @@ def _decode_jpeg_near(encoded: tf.Tensor, image_size: int) -> tf.Tensor:
 def _header_uint(encoded: tf.Tensor, offset: int, size: int, little_endian: bool) -> tf.Tensor:
     raw = tf.io.decode_raw(tf.strings.substr(encoded, offset, size), tf.uint8)
     raw = tf.cast(tf.pad(raw, [[0, size - tf.shape(raw)[0]]]), tf.int64)  # short input: 0
-    weights = tf.constant([256**i for i in range(size)], tf.int64)
-    return tf.reduce_sum(raw * (weights if little_endian else weights[::-1]))
+    weights = [256**i for i in range(size)]
+    return tf.reduce_sum(raw * tf.constant(weights if little_endian else weights[::-1], tf.int64))
+
+
+def gif_largest_pixels(encoded: tf.Tensor) -> tf.Tensor:
+    """The largest of a GIF's logical screen and its frames, in pixels (int64).
+
+    The screen alone is not enough: a 1x1 screen may hold a 20000x20000 frame, which
+    the decoder allocates. Walks the block structure as beam_jobs/images.py does
+    (same rule in the sharding job): extensions and image data are sub-block chains;
+    an image descriptor holds the frame's size. One loop step per block or sub-block.
+    """
+    raw = tf.cast(tf.io.decode_raw(encoded, tf.uint8), tf.int64)
+    n = tf.size(raw, out_type=tf.int64)
+
+    def at(i):
+        i = tf.cast(i, tf.int64)
+        inside = tf.clip_by_value(i, tf.constant(0, tf.int64), tf.maximum(n - 1, 0))
+        return tf.where(i < n, tf.gather(raw, inside), tf.constant(0, tf.int64))
+
+    def u16(i):
+        return at(i) + 256 * at(i + 1)
+
+    def colour_table(flags):
+        return tf.where(
+            flags >= 128, 3 * tf.bitwise.left_shift(tf.constant(2, tf.int64), flags % 8), 0
+        )
+
+    def keep_going(pos, in_sub_blocks, largest, done):
+        return tf.logical_and(tf.logical_not(done), pos < n)
+
+    def step(pos, in_sub_blocks, largest, done):
+        byte = at(pos)
+        is_extension, is_image = tf.equal(byte, 0x21), tf.equal(byte, 0x2C)
+        top_pos = tf.where(is_extension, pos + 2, pos + 10 + colour_table(at(pos + 9)) + 1)
+        top_largest = tf.where(is_image, tf.maximum(largest, u16(pos + 5) * u16(pos + 7)), largest)
+        block_ends = tf.logical_not(tf.logical_or(is_extension, is_image))  # trailer or junk
+        return (
+            tf.where(in_sub_blocks, pos + byte + 1, top_pos),
+            tf.where(in_sub_blocks, byte != 0, tf.logical_not(block_ends)),
+            tf.where(in_sub_blocks, largest, top_largest),
+            tf.logical_and(tf.logical_not(in_sub_blocks), block_ends),
+        )
+
+    start = tf.constant(13, tf.int64) + colour_table(at(10))
+    _, _, largest, _ = tf.while_loop(
+        keep_going,
+        step,
+        (start, tf.constant(False), u16(6) * u16(8), tf.constant(False)),
+        maximum_iterations=tf.cast(n, tf.int32) + 1,
+    )
+    return largest
 
 
 def header_pixels(encoded: tf.Tensor) -> tf.Tensor:
@@ -117,7 +167,7 @@ def header_pixels(encoded: tf.Tensor) -> tf.Tensor:
         [
             (tf.io.is_jpeg(encoded), jpeg),
             (starts(b"\x89PNG"), lambda: u(16, 4, False) * u(20, 4, False)),  # IHDR
-            (starts(b"GIF"), lambda: u(6, 2, True) * u(8, 2, True)),  # logical screen
+            (starts(b"GIF"), lambda: gif_largest_pixels(encoded)),
             (starts(b"BM"), bmp),
         ],
         default=lambda: tf.constant(-1, tf.int64),
@@ -125,24 +175,34 @@ def header_pixels(encoded: tf.Tensor) -> tf.Tensor:
     )
 
 
-def decode_image(encoded: tf.Tensor, image_size: int, max_pixels: int = MAX_PIXELS) -> tf.Tensor:
+def decode_image(
+    encoded: tf.Tensor,
+    image_size: int,
+    max_pixels: int = MAX_PIXELS,
+    index: tf.Tensor | None = None,
+) -> tf.Tensor:
     """Encoded JPEG/PNG/GIF/BMP bytes -> float32 [image_size, image_size, 3] in [0, 1].
 
     Used by the training input pipeline and by the exported serving signature,
     so that a served image is preprocessed exactly as a training image was.
     `expand_animations=False` keeps the output rank fixed for GIFs as well.
     Anything else, and any header claiming more than `max_pixels`, fails with
-    InvalidArgumentError before a byte is decoded.
+    InvalidArgumentError before a byte is decoded; with `index` (the element's
+    position in a served batch) the message names it, as `images[3]: ...`.
     """
     pixels = header_pixels(encoded)
+
+    def refusal(reason: str) -> tf.Tensor:
+        if index is None:
+            return tf.constant(reason)
+        return tf.strings.format("images[{}]: " + reason, [index])
+
     checks = [
-        tf.debugging.assert_non_negative(
-            pixels, message="not a JPEG, PNG, GIF or BMP image (or a corrupt header)"
+        tf.debugging.Assert(
+            pixels >= 0, [refusal("not a JPEG, PNG, GIF or BMP image (or a corrupt header)")]
         ),
-        tf.debugging.assert_less_equal(
-            pixels,
-            tf.constant(max_pixels, tf.int64),
-            message=f"image header claims more than {max_pixels} pixels",
+        tf.debugging.Assert(
+            pixels <= max_pixels, [refusal(f"image header claims more than {max_pixels} pixels")]
         ),
     ]
     with tf.control_dependencies(checks):

@@ -68,3 +68,27 @@ def test_concurrent_publishers_get_unique_versions(model_dir, tmp_path, monkeypa
     assert latest_version(root, "m") == 12
     for version in results:
         assert (tmp_path / "models" / "m" / str(version) / "saved_model.pb").exists()
+
+
+@pytest.mark.parametrize("name", ["../../x", "a/b", "..", "", ".hidden", "x" * 64, "a\nb"])
+def test_a_model_name_that_is_not_a_plain_name_is_refused_before_writing(model_dir, tmp_path, name):
+    from orchestration.publish import PublishError
+
+    with pytest.raises(PublishError, match="not a plain name"):
+        publish_model(model_dir, str(tmp_path / "models"), name, run_id="r")
+    assert not (tmp_path / "x").exists()
+    assert not (tmp_path / "models").exists() or not any((tmp_path / "models").rglob("*.pb"))
+
+
+def test_a_publisher_killed_mid_copy_leaves_nothing_after_the_next_publish(model_dir, tmp_path):
+    import time
+
+    home = tmp_path / "models" / "shapes"
+    killed = home / f".staging-{int(time.time()) - 7 * 3600}-deadbeef"  # hours old
+    legacy = home / ".staging-0123456789ab"  # named by an older release
+    running = home / f".staging-{int(time.time())}-cafecafe"  # another publisher, copying now
+    for folder in (killed, legacy, running):
+        (folder / "variables").mkdir(parents=True)
+    publish_model(model_dir, str(tmp_path / "models"), "shapes", run_id="run-1")
+    assert not killed.exists() and not legacy.exists()
+    assert running.exists()

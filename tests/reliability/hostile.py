@@ -46,6 +46,14 @@ def bomb_gif(width: int = 65_535, height: int = 65_535) -> bytes:
     return bytes(data)
 
 
+def gif_frame_bomb(width: int = 20_000, height: int = 20_000) -> bytes:
+    """A 1x1 logical screen holding one frame that claims width x height (~50 bytes)."""
+    data = bytearray(encode(Image.new("P", (1, 1)), "GIF"))
+    descriptor = data.index(b"\x2c", 13)
+    data[descriptor + 5 : descriptor + 9] = struct.pack("<HH", width, height)
+    return bytes(data)
+
+
 def odd_files() -> dict[str, bytes]:
     """Each a kind of file a real image folder holds; name -> bytes."""
     rgb = noise(40, 30)

@@ -24,7 +24,16 @@ odd = hostile.odd_files()
 good = serve(images=tf.constant([odd["progressive.jpg"], odd["rgba.png"]]))
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 outcomes = {}
-for name in ("bomb.png", "bomb.jpg", "bomb.gif", "text.jpg", "tiff.tif", "truncated.jpg"):
+odd["gif_frame_bomb.gif"] = hostile.gif_frame_bomb()
+for name in (
+    "bomb.png",
+    "bomb.jpg",
+    "bomb.gif",
+    "gif_frame_bomb.gif",
+    "text.jpg",
+    "tiff.tif",
+    "truncated.jpg",
+):
     try:
         serve(images=tf.constant([odd["progressive.jpg"], odd[name]]))
         outcomes[name] = "served"

@@ -5,7 +5,10 @@ or is rejected with one of the known reasons; nothing else (no other
 exception, no crash) is allowed.
 """
 
+import io
 import json
+import random
+import struct
 import subprocess
 import sys
 
@@ -13,8 +16,9 @@ import pytest
 import tensorflow as tf
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from PIL import PngImagePlugin
 
-from beam_jobs.images import ImageRejected, prepare_image
+from beam_jobs.images import ImageRejected, gif_largest_pixels, prepare_image
 from tests.reliability import hostile
 
 REASONS = {
@@ -89,13 +93,16 @@ def test_truncated_and_bit_flipped_images_never_crash(name, cut, flips):
 
 PEAK_MEMORY_SCRIPT = """
 import json, resource, sys
-from beam_jobs.images import ImageRejected, prepare_image
+from PIL import PngImagePlugin
+
+from beam_jobs.images import ImageRejected, gif_largest_pixels, prepare_image
 from tests.reliability import hostile
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 reasons = {}
-for name in ("bomb.png", "bomb.jpg", "bomb.gif"):
+odd = {**hostile.odd_files(), "gif_frame_bomb.gif": hostile.gif_frame_bomb()}
+for name in ("bomb.png", "bomb.jpg", "bomb.gif", "gif_frame_bomb.gif"):
     try:
-        prepare_image(hostile.odd_files()[name])
+        prepare_image(odd[name])
         reasons[name] = "accepted"
     except ImageRejected as rejected:
         reasons[name] = rejected.reason
@@ -113,3 +120,97 @@ def test_decompression_bombs_are_refused_from_the_header_with_bounded_memory():
     assert set(result["reasons"].values()) == {"too_many_pixels"}
     # Decoding any of them would take gigabytes; refusing them takes next to nothing.
     assert result["peak_growth_kb"] < 50_000
+
+
+def _png_chunks(data: bytes):
+    pos = 8
+    while pos < len(data):
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        yield pos, length, data[pos + 4 : pos + 8]
+        pos += 12 + length
+
+
+def test_png_with_a_corrupt_chunk_crc_is_reencoded_not_stored_as_is():
+    """Pillow decodes it; TensorFlow refuses it (the third "lenient vs strict" case)."""
+    png = hostile.encode(hostile.noise(40, 30), "PNG")
+    for start, length, kind in _png_chunks(png):
+        if kind == b"IHDR":
+            continue  # a broken IHDR is not an image at all (tested by the fuzzing)
+        data = bytearray(png)
+        data[start + 8 + length] ^= 0xFF  # the chunk's CRC
+        image = _check(bytes(data))
+        assert image.reencoded, kind
+
+
+def test_mpo_from_a_phone_camera_is_stored_as_its_first_frame():
+    first, second = hostile.noise(40, 30, seed=1), hostile.noise(40, 30, seed=2)
+    buffer = io.BytesIO()
+    first.save(buffer, format="MPO", save_all=True, append_images=[second])
+    image = _check(buffer.getvalue())
+    assert image.image_format == "jpeg" and (image.width, image.height) == (40, 30)
+    assert image.encoded.count(b"\xff\xd8") == 1  # one JPEG, not the two-frame file
+
+
+def test_png_with_large_metadata_is_accepted():
+    info = PngImagePlugin.PngInfo()
+    info.add_text("XML:com.adobe.xmp", "x" * (2 << 20))
+    buffer = io.BytesIO()
+    hostile.noise(20, 20).save(buffer, format="PNG", pnginfo=info)
+    assert not isinstance(_check(buffer.getvalue()), str)
+
+
+def test_gif_frame_larger_than_its_screen_is_refused_in_sharding():
+    assert _check(hostile.gif_frame_bomb()) == "too_many_pixels"
+    assert gif_largest_pixels(hostile.gif_frame_bomb()) == 20_000 * 20_000
+
+
+def _fuzzed_corpus(count: int) -> dict[str, bytes]:
+    """Valid JPEGs and PNGs with random bytes changed, cut, or a PNG chunk's CRC broken."""
+    rng = random.Random(12)
+    sources = [
+        hostile.encode(hostile.noise(48, 36, seed=seed), fmt, **options)
+        for seed, (fmt, options) in enumerate(
+            [("JPEG", {}), ("JPEG", {"progressive": True}), ("PNG", {}), ("PNG", {"optimize": 1})]
+        )
+    ]
+    corpus = {}
+    for i in range(count):
+        data = bytearray(sources[i % len(sources)])
+        kind = i % 3
+        if kind == 0:
+            for _ in range(rng.randint(1, 4)):
+                data[rng.randrange(20, len(data))] = rng.randrange(256)
+        elif kind == 1:
+            data = data[: rng.randrange(len(data) // 2, len(data))]
+        elif data.startswith(b"\x89PNG"):
+            start, length, _ = rng.choice(list(_png_chunks(bytes(data)))[1:])
+            data[start + 8 + length] ^= 0xFF
+        suffix = "png" if data.startswith(b"\x89PNG") else "jpg"
+        corpus[f"f{i:03d}.{suffix}"] = bytes(data)
+    return corpus
+
+
+def test_every_record_the_job_stores_from_a_fuzzed_corpus_decodes_in_the_trainer(tmp_path):
+    """The class, not the instance: whatever the job stores, the trainer's own decoder
+    (and the serving signature, which uses the same function) decodes."""
+    from beam_jobs import shard_images
+    from tests.beam_jobs.test_shard_images import IN_PROCESS
+    from training import features
+
+    for name, data in _fuzzed_corpus(120).items():
+        path = tmp_path / "in" / "label" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    output = tmp_path / "out"
+    args = ["--input", str(tmp_path / "in"), "--output", str(output), "--max-error-fraction", "1"]
+    assert shard_images.run([*args, *IN_PROCESS]) == 0
+    decode = tf.function(lambda encoded: features.decode_image(encoded, 32))
+    stored = 0
+    for shard in sorted(output.glob("*.tfrecord")):
+        for raw in tf.data.TFRecordDataset(str(shard)):
+            example = features.parse_example(raw)
+            decode(example[features.IMAGE_ENCODED])  # raises on anything TF cannot decode
+            stored += 1
+    metadata = json.loads((output / "metadata.json").read_text())
+    assert stored == metadata["num_records"] > 20
+    assert stored + metadata["num_errors"] == 120

@@ -17,10 +17,13 @@ def test_serving_refuses_bombs_and_garbage_before_decoding(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     outcomes = result["outcomes"]
-    for bomb in ("bomb.png", "bomb.jpg", "bomb.gif"):
-        assert "claims more than 50000000 pixels" in outcomes[bomb], outcomes[bomb]
-    assert "not a JPEG, PNG, GIF or BMP" in outcomes["text.jpg"]
-    assert "not a JPEG, PNG, GIF or BMP" in outcomes["tiff.tif"]
+    # Each bad image is the second of its batch: the refusal names it.
+    for bomb in ("bomb.png", "bomb.jpg", "bomb.gif", "gif_frame_bomb.gif"):
+        assert "images[1]: image header claims more than 50000000 pixels" in outcomes[bomb], (
+            outcomes[bomb]
+        )
+    assert "images[1]: not a JPEG, PNG, GIF or BMP" in outcomes["text.jpg"]
+    assert "images[1]: not a JPEG, PNG, GIF or BMP" in outcomes["tiff.tif"]
     assert outcomes["truncated.jpg"] != "served"
     # A decoded bomb is 1.6 G pixels x 3 bytes; refusing it must not allocate anything like it.
     assert result["peak_growth_kb"] < 200_000, result["peak_growth_kb"]

@@ -1,0 +1,143 @@
+"""Beam filesystem calls on literal paths.
+
+Local paths and object names may contain `[`, `]`, `*` and `?`, while Beam's
+`FileSystems.match` (and every reader that takes a file pattern) treats them as
+a pattern: `in[1]` would list `in1`. Every path a user names goes through here
+escaped, and what a pattern returns is kept only when it lies under the
+folder the user named.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import stat
+import warnings
+from dataclasses import dataclass
+
+from apache_beam.io.filesystems import FileSystems
+
+_GLOB = re.compile(r"([\[*?])")
+
+
+def escape_glob(path: str) -> str:
+    """`path` as a Beam pattern matching only itself (`[` -> `[[]`, `*` -> `[*]`)."""
+    return _GLOB.sub(r"[\1]", path)
+
+
+def is_remote(path: str) -> bool:
+    return "://" in path
+
+
+# An escaped "[" ("[[]") becomes a regex set that Python warns may one day nest; Beam
+# compiles it wherever it matches (here, and in the pipeline's reads of a staging path).
+warnings.filterwarnings("ignore", message="Possible nested set", category=FutureWarning)
+
+
+def _match(pattern: str) -> list:
+    return FileSystems.match([pattern])[0].metadata_list
+
+
+def delete(paths: list[str]) -> None:
+    """Delete these files, or local folders with what they hold. Beam's delete would
+    match each path as a pattern (and finds no local folder through a pattern)."""
+    remote = [escape_glob(path) for path in paths if is_remote(path)]
+    if remote:
+        FileSystems.delete(remote)
+    for path in paths:
+        if is_remote(path):
+            continue
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        elif os.path.lexists(path):
+            os.remove(path)
+
+
+def files_under(directory: str, tail: str = "**") -> list[str]:
+    """Paths matching `tail` (a pattern) below the literal `directory`, sorted."""
+    directory = directory.rstrip("/")
+    matches = _match(FileSystems.join(escape_glob(directory), tail))
+    return sorted(m.path for m in matches if m.path.startswith(directory + "/"))
+
+
+@dataclass(frozen=True)
+class Entry:
+    path: str
+    size: int
+    problem: str = ""  # "" for a readable regular file, else a dead-letter reason
+    detail: str = ""
+
+
+def walk(root: str) -> list[Entry]:
+    """Every file below `root`, literally; local special files come back with a problem.
+
+    Locally the folder is walked with `os.scandir` rather than matched: a FIFO,
+    socket or device in the input would otherwise be opened and block or read
+    forever, and a dangling symlink would vanish from the listing unnoticed.
+    """
+    root = root.rstrip("/") or "/"
+    if is_remote(root):
+        matches = _match(escape_glob(root) + "/**")
+        return sorted(
+            (Entry(m.path, m.size_in_bytes) for m in matches if m.path.startswith(root + "/")),
+            key=lambda e: e.path,
+        )
+    entries, seen = [], {os.path.realpath(root)}
+    for folder, dirs, files in os.walk(root, followlinks=True):
+        for name in list(dirs):  # a symlinked folder is followed once; a loop is not
+            real = os.path.realpath(os.path.join(folder, name))
+            if real in seen:
+                dirs.remove(name)
+                entries.append(Entry(os.path.join(folder, name), 0, "symlink_loop", real))
+            seen.add(real)
+        entries.extend(local_entry(os.path.join(folder, name)) for name in files)
+    return sorted(entries, key=lambda e: e.path)
+
+
+def local_entry(path: str) -> Entry:
+    try:
+        info = os.stat(path)  # follows symlinks: a link to a regular file is fine
+    except FileNotFoundError as err:
+        if os.path.islink(path):
+            return Entry(path, 0, "dangling_symlink", f"points at {os.readlink(path)!r}")
+        return Entry(path, 0, "unreadable", f"FileNotFoundError: {err}")
+    except OSError as err:
+        return Entry(path, 0, "unreadable", f"{type(err).__name__}: {err}")
+    if not stat.S_ISREG(info.st_mode):
+        kind = (
+            "FIFO"
+            if stat.S_ISFIFO(info.st_mode)
+            else "socket"
+            if stat.S_ISSOCK(info.st_mode)
+            else "device"
+        )
+        return Entry(path, 0, "not_a_regular_file", kind)
+    return Entry(path, info.st_size)
+
+
+def check_readable(path: str, max_bytes: int) -> Entry:
+    """Size and kind of one file about to be read (local: stat; remote: metadata)."""
+    if not is_remote(path):
+        entry = local_entry(path)
+    else:
+        try:
+            entry = Entry(path, FileSystems.get_filesystem(path).size(path))
+        except OSError as err:
+            return Entry(path, 0, "unreadable", f"{type(err).__name__}: {err}")
+    if not entry.problem and entry.size > max_bytes:
+        return Entry(
+            path, entry.size, "file_too_large", f"{entry.size} bytes > {max_bytes} (--max-file-mb)"
+        )
+    return entry
+
+
+def read_json_lines(paths: list[str]) -> list[dict]:
+    """JSON objects, one per line. Lines end at "\\n" only: `str.splitlines` would also
+    split inside a value holding U+2028, U+2029 or U+0085 (a file name may)."""
+    rows = []
+    for path in paths:
+        with FileSystems.open(path) as handle:
+            rows.extend(json.loads(line) for line in handle.read().split(b"\n") if line.strip())
+    return rows

@@ -1,0 +1,182 @@
+"""Odd paths, special files and odd manifests given to the sharding job (issue #12, items
+1, 2, 4, 6, 7): every input is stored once or dead-lettered once with a reason, paths are
+taken literally, nothing hangs, and the job's exit codes hold (0 done, 2 bad input)."""
+
+import csv
+import json
+import os
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+import tensorflow as tf
+
+from beam_jobs import sample_data, shard_images
+from tests.beam_jobs.test_shard_images import IN_PROCESS
+from training import features
+
+ALL_REJECTIONS_ALLOWED = ["--max-error-fraction", "1", *IN_PROCESS]
+
+
+def _run(input_path, output, *flags) -> int:
+    return shard_images.run(["--input", str(input_path), "--output", str(output), *flags])
+
+
+def _stored(output) -> dict[str, str]:
+    """image id -> label text of every record, read back with plain TensorFlow."""
+    stored = {}
+    for path in sorted(Path(output).glob("*-of-*.tfrecord")):
+        for raw in tf.data.TFRecordDataset(str(path)):
+            parsed = tf.io.parse_single_example(raw, features.FEATURE_SPEC)
+            image_id = parsed[features.IMAGE_ID].numpy().decode()
+            assert image_id not in stored, f"{image_id} stored twice"
+            stored[image_id] = parsed[features.LABEL_TEXT].numpy().decode()
+            tf.io.decode_image(parsed[features.IMAGE_ENCODED], channels=3)
+    return stored
+
+
+def _dead_letters(output) -> dict[str, str]:
+    rows = []
+    for path in sorted((Path(output) / "errors").glob("*.jsonl")):
+        rows += [json.loads(line) for line in path.read_bytes().split(b"\n") if line.strip()]
+    keys = [row["key"] for row in rows]
+    assert len(keys) == len(set(keys)), "an input dead-lettered twice"
+    return {row["key"]: row["reason"] for row in rows}
+
+
+def _image(path: Path, seed: int = 0) -> None:
+    import random
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sample_data.draw_sample("circle", random.Random(seed), 32, 32).save(path, format="JPEG")
+
+
+def test_glob_characters_in_the_input_path_are_literal(tmp_path):
+    literal, lookalike = tmp_path / "data" / "in[1]", tmp_path / "data" / "in1"
+    for label in ("a*", "b?"):
+        for i in range(3):
+            _image(literal / label / f"x[{i}].jpg", i)
+    _image(lookalike / "wrong" / "y.jpg")
+    assert _run(literal, tmp_path / "out", *IN_PROCESS) == 0
+    assert sorted(set(_stored(tmp_path / "out").values())) == ["a*", "b?"]
+    assert len(_stored(tmp_path / "out")) == 6
+
+
+def test_glob_characters_in_the_output_path_are_literal(tmp_path, sample_images):
+    output = tmp_path / "o[1]*?"
+    (tmp_path / "o1").mkdir()  # what the pattern would also match
+    for _ in range(2):  # the rerun replaces the first output through the same paths
+        assert _run(sample_images, output, *IN_PROCESS) == 0
+    assert (output / "_SUCCESS").exists()
+    assert len(_stored(output)) == 48
+    assert not any(p.name.startswith("_staging-") for p in output.iterdir())
+    assert list((tmp_path / "o1").iterdir()) == []
+
+
+def test_line_separators_and_any_unicode_in_names_go_through(tmp_path):
+    root = tmp_path / "in"
+    _image(root / "cls\u2028line" / "ok\u2029.jpg")
+    _image(root / "cls\u2028line" / "ok2\u0085.jpg", 1)
+    (root / "cls\u2028line" / "bad\u2028name.jpg").write_bytes(b"not an image")
+    assert _run(root, tmp_path / "out", *ALL_REJECTIONS_ALLOWED) == 0
+    assert set(_stored(tmp_path / "out")) == {
+        "cls\u2028line/ok\u2029.jpg",
+        "cls\u2028line/ok2\u0085.jpg",
+    }
+    assert _dead_letters(tmp_path / "out") == {"cls\u2028line/bad\u2028name.jpg": "not_an_image"}
+
+
+def test_special_files_are_dead_lettered_not_read(tmp_path):
+    root = tmp_path / "in"
+    _image(root / "cat" / "good.jpg")
+    _image(root / "cat" / "big.jpg", 1)
+    os.mkfifo(root / "cat" / "x.jpg")
+    os.symlink(root / "cat" / "gone.jpg", root / "cat" / "dangling.jpg")
+    os.symlink(root / "cat" / "good.jpg", root / "cat" / "link.jpg")
+    (root / "cat" / "big.jpg").write_bytes((root / "cat" / "big.jpg").read_bytes() + b"\0" * 4096)
+    outcome = {}
+    worker = threading.Thread(
+        target=lambda: outcome.setdefault(
+            "code", _run(root, tmp_path / "out", "--max-file-mb", "0.003", *ALL_REJECTIONS_ALLOWED)
+        ),
+        daemon=True,
+    )
+    worker.start()
+    worker.join(timeout=120)
+    assert not worker.is_alive(), "the job hung on a special file"
+    assert outcome["code"] == 0
+    assert set(_stored(tmp_path / "out")) == {"cat/good.jpg", "cat/link.jpg"}
+    assert _dead_letters(tmp_path / "out") == {
+        "cat/x.jpg": "not_a_regular_file",
+        "cat/dangling.jpg": "dangling_symlink",
+        "cat/big.jpg": "file_too_large",
+    }
+
+
+def test_a_fifo_named_in_a_manifest_is_not_opened(tmp_path):
+    _image(tmp_path / "a.jpg")
+    os.mkfifo(tmp_path / "b.jpg")
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text(
+        '{"uri": "a.jpg", "label": "x"}\n{"uri": "b.jpg", "label": "x"}\n', encoding="utf-8"
+    )
+    assert _run(manifest, tmp_path / "out", *ALL_REJECTIONS_ALLOWED) == 0
+    assert _dead_letters(tmp_path / "out") == {"b.jpg": "not_a_regular_file"}
+
+
+def test_manifest_labels_bom_and_duplicate_uris(tmp_path):
+    for i in range(4):
+        _image(tmp_path / f"{i}.jpg", i)
+    jsonl = tmp_path / "m.jsonl"
+    rows = [
+        {"uri": "0.jpg", "label": 0},
+        {"uri": "1.jpg", "label": "1"},
+        {"uri": "2.jpg", "label": ["a", "b"]},
+        {"uri": "3.jpg", "label": 2.5},
+        {"uri": "0.jpg", "label": "other"},  # same uri again: the first row wins
+    ]
+    jsonl.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    first = tmp_path / "out1"
+    assert _run(jsonl, first, *ALL_REJECTIONS_ALLOWED) == 0
+    assert _stored(first) == {"0.jpg": "0", "1.jpg": "1"}
+    assert sorted(_dead_letters(first).values()) == [
+        "bad_manifest_row",
+        "bad_manifest_row",
+        "duplicate_uri",
+    ]
+
+    with_bom = tmp_path / "m.csv"
+    with open(with_bom, "w", newline="", encoding="utf-8-sig") as handle:
+        csv.writer(handle).writerows([["uri", "label"], ["0.jpg", "x"], ["1.jpg", "y"]])
+    assert _run(with_bom, tmp_path / "out2", *IN_PROCESS) == 0
+    assert _stored(tmp_path / "out2") == {"0.jpg": "x", "1.jpg": "y"}
+
+
+def test_duplicate_uris_give_the_same_shards_every_run(tmp_path):
+    for i in range(6):
+        _image(tmp_path / f"{i}.jpg", i)
+    manifest = tmp_path / "m.jsonl"
+    rows = [{"uri": f"{i % 6}.jpg", "label": f"l{i % 4}"} for i in range(12)]
+    manifest.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    digests = []
+    for name in ("a", "b"):
+        assert _run(manifest, tmp_path / name, *ALL_REJECTIONS_ALLOWED) == 0
+        metadata = json.loads((tmp_path / name / "metadata.json").read_text())
+        digests.append(
+            [s["sha256"] for split in metadata["splits"].values() for s in split["shards"]]
+        )
+    assert digests[0] == digests[1]
+
+
+@pytest.mark.parametrize("where", ["inside", "same_real_path"])
+def test_output_inside_the_input_is_refused_with_one_line(tmp_path, sample_images, capsys, where):
+    root = tmp_path / "in"
+    shutil.copytree(sample_images, root)
+    output = root / "shards" if where == "inside" else tmp_path / "link" / "shards"
+    if where == "same_real_path":
+        os.symlink(root, tmp_path / "link")
+    assert _run(root, output, *IN_PROCESS) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "is inside --input" in err[0]
+    assert not output.exists()
