@@ -89,6 +89,27 @@ class ShardSet:
                 corrupt.append(shard["file"])
         return corrupt
 
+    def undecodable_records(self, image_size: int, limit: int = 5) -> list[str]:
+        """`shard: record id (reason)` for records the trainer's decoder refuses (reads
+        every shard: for diagnosis after a failure, not for every run)."""
+        from training import features  # the decoder training and serving use
+
+        decode = tf.function(lambda encoded: features.decode_image(encoded, image_size))
+        found = []
+        for shard, path in self._shards():
+            dataset = tf.data.TFRecordDataset(path, compression_type=self.compression_type)
+            for raw in dataset:
+                example = features.parse_example(raw, (features.IMAGE_ENCODED, features.IMAGE_ID))
+                try:
+                    decode(example[features.IMAGE_ENCODED])
+                except tf.errors.InvalidArgumentError as err:
+                    reason = err.message.strip().splitlines()[0][:160]
+                    image_id = example[features.IMAGE_ID].numpy().decode(errors="replace")
+                    found.append(f"{shard['file']}: {image_id!r} ({reason})")
+                    if len(found) >= limit:
+                        return found
+        return found
+
     @property
     def label_names(self) -> list[str]:
         """Name of each class id; "" for ids a custom label map leaves unused."""

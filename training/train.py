@@ -435,6 +435,19 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    except tf.errors.InvalidArgumentError as err:
+        # A stored record the decoder refuses (the sharding job stores only what it proved
+        # decodable, so: shards from elsewhere, or a decoder change). Name it, one line.
+        bad = shard_set.undecodable_records(config.image_size)
+        if not bad:
+            raise  # not a record's fault: a real bug, keep its traceback
+        print(
+            f"error: records in {config.data} that cannot be decoded "
+            f"({err.message.strip().splitlines()[0][:200]}): {'; '.join(bad)}; "
+            "reshard the images or remove these records",
+            file=sys.stderr,
+        )
+        return 2
     log.info("%s: final weights fingerprint %s", cluster.name, trainer.weights_fingerprint())
     path = trainer.export(history)
     if path:
