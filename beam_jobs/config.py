@@ -125,6 +125,16 @@ class ShardConfig:
         "reading them: every read is bounded",
         section="Data",
     )
+    cache_dir: str | None = param(
+        None,
+        help="Index of finished outputs by the fingerprint of their inputs and parameters: "
+        "a run whose fingerprint is indexed there (and still complete) reuses that output "
+        "instead of sharding again, copy-free (its metadata.json points at it)",
+        section="Data",
+    )
+    force_reshard: bool = param(
+        False, help="Shard even when --cache-dir holds an output for the same inputs"
+    )
     label_map: str | None = param(
         None,
         help="JSON file {label_name: id} to use instead of ids from sorted label names; "

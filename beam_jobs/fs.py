@@ -68,6 +68,12 @@ class Entry:
     size: int
     problem: str = ""  # "" for a readable regular file, else a dead-letter reason
     detail: str = ""
+    modified: str = ""  # mtime (local, ns) or last update (object stores): a changed file
+    # with the same name and size changes it
+
+    @property
+    def version(self) -> str:
+        return f"{self.size}@{self.modified}"
 
 
 def walk(root: str) -> list[Entry]:
@@ -81,7 +87,11 @@ def walk(root: str) -> list[Entry]:
     if is_remote(root):
         matches = _match(escape_glob(root) + "/**")
         return sorted(
-            (Entry(m.path, m.size_in_bytes) for m in matches if m.path.startswith(root + "/")),
+            (
+                Entry(m.path, m.size_in_bytes, modified=repr(m.last_updated_in_seconds))
+                for m in matches
+                if m.path.startswith(root + "/")
+            ),
             key=lambda e: e.path,
         )
     entries, seen = [], {os.path.realpath(root)}
@@ -114,7 +124,7 @@ def local_entry(path: str) -> Entry:
             else "device"
         )
         return Entry(path, 0, "not_a_regular_file", kind)
-    return Entry(path, info.st_size)
+    return Entry(path, info.st_size, modified=str(info.st_mtime_ns))
 
 
 def check_readable(path: str, max_bytes: int) -> Entry:
@@ -123,7 +133,8 @@ def check_readable(path: str, max_bytes: int) -> Entry:
         entry = local_entry(path)
     else:
         try:
-            entry = Entry(path, FileSystems.get_filesystem(path).size(path))
+            filesystem = FileSystems.get_filesystem(path)
+            entry = Entry(path, filesystem.size(path), modified=repr(filesystem.last_updated(path)))
         except OSError as err:
             return Entry(path, 0, "unreadable", f"{type(err).__name__}: {err}")
     if not entry.problem and entry.size > max_bytes:

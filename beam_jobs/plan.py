@@ -53,6 +53,7 @@ class WorkItem:
     shard: int = -1
     chunk: int = 0
     reject: str = ""
+    version: str = ""  # size@modified from the listing (folders); manifests leave it empty
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -107,7 +108,11 @@ def list_folder(root: str) -> tuple[list[WorkItem], dict[str, int]]:
         parts = relative.split("/")
         label = parts[0] if len(parts) > 1 else ""
         reject = entry.problem or ("" if label else "no_label_dir")
-        items.append(WorkItem(uri=entry.path, key=relative, label=label, reject=reject))
+        items.append(
+            WorkItem(
+                uri=entry.path, key=relative, label=label, reject=reject, version=entry.version
+            )
+        )
         if not reject:
             sizes[relative] = entry.size
     return items, sizes

@@ -21,6 +21,7 @@ import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 
+from beam_jobs import cache
 from beam_jobs import output as out
 from beam_jobs.config import ConfigError, ShardConfig, add_arguments, config_from_args
 from beam_jobs.fs import escape_glob
@@ -40,9 +41,16 @@ class ShardResult:
     output: str
     metadata: dict
     seconds: float
+    reused_from: str = ""
 
     def summary(self) -> str:
         m = self.metadata
+        if self.reused_from:
+            return (
+                f"inputs and parameters unchanged (fingerprint {m['fingerprint'][:12]}): reused "
+                f"the {m['num_records']} records in {self.reused_from}, nothing resharded; "
+                f"{self.seconds:.1f}s -> {self.output} (--force-reshard to shard again)"
+            )
         splits = ", ".join(
             f"{name} {s['num_records']} in {s['num_shards']} shards"
             for name, s in m["splits"].items()
@@ -160,6 +168,21 @@ def shard_images(
     # Beam's filesystems the same options (credentials, project) the workers get.
     FileSystems.set_options(options)
     plan = build_plan(config)
+    key = cache.fingerprint(config, plan) if config.cache_dir else ""
+    if key and not config.force_reshard:
+        found = cache.lookup(config.cache_dir, key)
+        if found:
+            source, metadata = found
+            if source.rstrip("/") != config.output.rstrip("/"):
+                out.publish(
+                    config.output,
+                    out.new_staging_dir(config.output),  # nothing staged: only the pointer
+                    {**metadata, "location": source},
+                    success=True,
+                )
+            result = ShardResult(config.output, metadata, time.monotonic() - started, source)
+            log.info("%s", result.summary())
+            return result
     out.invalidate(config.output)
     staging = out.new_staging_dir(config.output)
     plan_path = out.join(staging, "_plan", "inputs.jsonl")
@@ -180,7 +203,11 @@ def shard_images(
     metadata = out.build_metadata(config, plan, reports, errors, runner)
     within_budget = metadata["error_fraction"] <= config.max_error_fraction
     metadata["status"] = "ok" if within_budget else "failed: too many rejected images"
+    if key:
+        metadata["fingerprint"] = key
     out.publish(config.output, staging, metadata, success=within_budget)
+    if key and within_budget:
+        cache.record(config.cache_dir, key, config.output)
     result = ShardResult(config.output, metadata, time.monotonic() - started)
     if not within_budget:
         raise ErrorBudgetExceeded(

@@ -20,6 +20,7 @@ import json
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
+from beam_jobs import cache
 from shardspec.example import SCHEMA_VERSION
 from shardspec.layout import DEFAULT_COMPRESSION, METADATA, SUCCESS
 from shardspec.tfrecord import CorruptShardError, iter_records
@@ -63,6 +64,12 @@ def validate_shards(
 
     if metadata.get("schema_version") != SCHEMA_VERSION:
         problems.append(f"schema_version {metadata.get('schema_version')!r} != {SCHEMA_VERSION}")
+    shard_root = metadata.get("location") or directory  # a reused output points elsewhere
+    if shard_root != directory and not cache.holds(shard_root, metadata.get("fingerprint", "")):
+        problems.append(
+            f"reuses the shards in {shard_root}, which were replaced or removed since "
+            "(rerun the sharding job with --force-reshard)"
+        )
     if metadata.get("error_fraction", 1.0) > max_error_fraction:
         problems.append(
             f"error fraction {metadata.get('error_fraction'):.1%} is above the limit "
@@ -79,7 +86,7 @@ def validate_shards(
     for split_name, split in splits.items():
         counted = 0
         for shard in split.get("shards", []):
-            path = FileSystems.join(directory, shard["file"])
+            path = FileSystems.join(shard_root, shard["file"])
             try:
                 size = FileSystems.get_filesystem(path).size(path)
             except OSError:
@@ -117,6 +124,7 @@ def validate_shards(
         raise ShardValidationError(directory, problems)
     return {
         "shards_dir": directory,
+        "reused_from": metadata.get("location", ""),
         "num_records": metadata["num_records"],
         "records_per_split": {name: s["num_records"] for name, s in splits.items()},
         "num_classes": metadata["num_classes"],

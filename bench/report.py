@@ -96,6 +96,14 @@ def rows(results: dict) -> list[tuple[str, str, str]]:
              f"{r['wall_seconds']['median']:.1f} vs {r['sum_task_seconds']['median']:.1f}",
              f"ratio_wall_vs_stages {r['ratio_wall_vs_stages']:.2f}")
         )  # fmt: skip
+        if "ratio_second_vs_first_run" in r:
+            second, first = r["second_run_wall_seconds"], r["wall_seconds"]
+            out.append(
+                ("second DAG run, inputs unchanged (shards reused), vs the first (s)",
+                 f"{second['median']:.1f} vs {first['median']:.1f} (shard_images "
+                 f"{r['second_run_shard_seconds']['median']:.1f})",
+                 f"ratio_second_vs_first_run {r['ratio_second_vs_first_run']:.2f}")
+            )  # fmt: skip
     return out
 
 

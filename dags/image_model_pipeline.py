@@ -20,7 +20,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from orchestration.beam_options import dataflow_config, shard_job_options
 from orchestration.params import check_run, dag_params, train_flags
-from orchestration.runs import RunPaths
+from orchestration.runs import RunPaths, shard_cache_dir
 from stageconfig import ConfigError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -52,7 +52,8 @@ def _paths(params, run_id) -> RunPaths:
 
 
 def _shard_options(params, run_id) -> dict:
-    return shard_job_options(params, _paths(params, run_id).shards)
+    cache_dir = shard_cache_dir(params["output_root"])
+    return shard_job_options(params, _paths(params, run_id).shards, cache_dir)
 
 
 @dag(

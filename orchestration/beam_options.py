@@ -9,7 +9,7 @@ def _key(flag: str) -> str:
     return flag.lstrip("-").replace("_", "-")
 
 
-def shard_job_options(params: Mapping, shards_dir: str) -> dict:
+def shard_job_options(params: Mapping, shards_dir: str, cache_dir: str | None = None) -> dict:
     """Job flags plus the user's extra Beam options (`params["beam_options"]`).
 
     The extra options may add flags (Dataflow settings, or job flags the DAG has
@@ -22,7 +22,10 @@ def shard_job_options(params: Mapping, shards_dir: str) -> dict:
         "max-side": params.get("max_side", 0),
         "max-error-fraction": params["max_error_fraction"],
         "min-shards": params["num_workers"],
+        "force-reshard": bool(params.get("force_reshard", False)),  # False: no flag at all
     }
+    if cache_dir:
+        job["cache-dir"] = cache_dir
     extra = dict(params.get("beam_options") or {})
     clash = sorted(k for k in extra if _key(k) in {*job, "runner"})
     if clash:

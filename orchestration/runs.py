@@ -19,6 +19,11 @@ def safe_run_id(run_id: str) -> str:
     return cleaned
 
 
+def shard_cache_dir(output_root: str) -> str:
+    """Index of finished shard outputs by input fingerprint, shared by all runs."""
+    return posixpath.join(output_root.rstrip("/"), "shard_cache")
+
+
 @dataclass(frozen=True)
 class RunPaths:
     root: str

@@ -22,6 +22,22 @@ class ShardError(ValueError):
     """The shard directory cannot be trained on; the message says why and where."""
 
 
+def _check_location(directory: str, metadata: dict) -> None:
+    """A reused output points at another run's shards: they must still be the same."""
+    location = metadata["location"]
+    try:
+        with tf.io.gfile.GFile(posixpath.join(location, METADATA), "r") as handle:
+            target = json.load(handle)
+        complete = tf.io.gfile.exists(posixpath.join(location, SUCCESS))
+    except (tf.errors.NotFoundError, json.JSONDecodeError):
+        target, complete = {}, False
+    if not complete or target.get("fingerprint") != metadata.get("fingerprint"):
+        raise ShardError(
+            f"{directory} reuses the shards in {location}, which were replaced or removed "
+            "since; rerun the sharding job with --force-reshard"
+        )
+
+
 @dataclass(frozen=True)
 class ShardSet:
     directory: str
@@ -48,6 +64,8 @@ class ShardSet:
                 f"{directory}/{METADATA} has schema_version {version!r}; this trainer reads "
                 f"version {SCHEMA_VERSION}: reshard with the matching beam_jobs"
             )
+        if metadata.get("location"):
+            _check_location(directory, metadata)
         shard_set = cls(directory, metadata)
         # One stat per shard before training (no read): catches missing, truncated and
         # replaced files by name. Flipped bits are caught by the record CRCs while reading.
@@ -72,10 +90,15 @@ class ShardSet:
             )
         return shard_set
 
+    @property
+    def shard_root(self) -> str:
+        """Where the shard files are: here, or the folder a reused output points at."""
+        return self.metadata.get("location") or self.directory
+
     def _shards(self):
         for split in self.metadata.get("splits", {}).values():
             for shard in split.get("shards", []):
-                yield shard, posixpath.join(self.directory, shard["file"])
+                yield shard, posixpath.join(self.shard_root, shard["file"])
 
     def corrupt_files(self) -> list[str]:
         """Shards whose bytes differ from the sha256 in metadata.json (reads every shard)."""
@@ -128,7 +151,7 @@ class ShardSet:
 
     def files(self, split: str) -> list[str]:
         shards = self.metadata["splits"].get(split, {}).get("shards", [])
-        return [posixpath.join(self.directory, shard["file"]) for shard in shards]
+        return [posixpath.join(self.shard_root, shard["file"]) for shard in shards]
 
     def num_records(self, split: str) -> int:
         return int(self.metadata["splits"].get(split, {}).get("num_records", 0))

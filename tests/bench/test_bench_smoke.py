@@ -31,7 +31,7 @@ RATIOS = {
         "ratio_2_workers_vs_in_process",
     ],
     "training": ["ratio_2_vs_1_workers", "ratio_real_vs_synthetic_input", "input_bound_share"],
-    "orchestration": ["ratio_wall_vs_stages"],
+    "orchestration": ["ratio_wall_vs_stages", "ratio_second_vs_first_run"],
 }
 
 

@@ -1,0 +1,126 @@
+"""Stage caching by content: a run whose inputs and parameters did not change reuses a
+finished output copy-free, and never a partial, changed or replaced one."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from beam_jobs import shard_images
+from beam_jobs.validate import ShardValidationError, validate_shards
+from tests.beam_jobs.test_shard_images import IN_PROCESS
+from training.shards import ShardError, ShardSet
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def images(sample_images, tmp_path):
+    return shutil.copytree(sample_images, tmp_path / "images")
+
+
+def _shard(images, output, cache, *flags, capsys=None):
+    code = shard_images.run(
+        ["--input", str(images), "--output", str(output), "--cache-dir", str(cache), *flags,
+         *IN_PROCESS]
+    )  # fmt: skip
+    assert code == 0
+    return json.loads((Path(output) / "metadata.json").read_text())
+
+
+def _shard_files(folder):
+    return sorted(p.name for p in Path(folder).glob("*.tfrecord"))
+
+
+def test_unchanged_inputs_reuse_the_finished_output_copy_free(images, tmp_path, capsys):
+    cache = tmp_path / "cache"
+    first = _shard(images, tmp_path / "run1", cache)
+    capsys.readouterr()
+    second = _shard(images, tmp_path / "run2", cache)
+    assert "reused the 48 records in" in capsys.readouterr().out
+    assert second["location"] == str(tmp_path / "run1")
+    assert second["fingerprint"] == first["fingerprint"]
+    assert _shard_files(tmp_path / "run2") == []  # nothing copied
+    assert (tmp_path / "run2" / "_SUCCESS").exists()
+    opened = ShardSet.open(str(tmp_path / "run2"))
+    assert all(f.startswith(str(tmp_path / "run1")) for f in opened.files("train"))
+    assert opened.num_records("train") == first["splits"]["train"]["num_records"]
+    for verify in (False, True):
+        summary = validate_shards(
+            str(tmp_path / "run2"), max_error_fraction=0.05, verify_records=verify
+        )
+        assert summary["reused_from"] == str(tmp_path / "run1")
+
+
+def test_a_changed_image_or_parameter_or_force_shards_again(images, tmp_path):
+    cache = tmp_path / "cache"
+    first = _shard(images, tmp_path / "run1", cache)
+    victim = sorted(Path(images).glob("circle/*"))[0]
+    victim.write_bytes(victim.read_bytes() + b"\0")  # same name, new bytes
+    changed = _shard(images, tmp_path / "run2", cache)
+    assert "location" not in changed and changed["fingerprint"] != first["fingerprint"]
+    other_param = _shard(images, tmp_path / "run3", cache, "--max-side", "16")
+    assert "location" not in other_param
+    forced = _shard(images, tmp_path / "run4", cache, "--force-reshard")
+    assert "location" not in forced and _shard_files(tmp_path / "run4")
+
+
+def test_a_partial_output_is_never_reused(images, tmp_path):
+    cache = tmp_path / "cache"
+    _shard(images, tmp_path / "run1", cache)
+    (tmp_path / "run1" / "_SUCCESS").unlink()  # as a killed rerun leaves it
+    second = _shard(images, tmp_path / "run2", cache)
+    assert "location" not in second and _shard_files(tmp_path / "run2")
+
+
+def test_a_pointer_to_replaced_shards_is_refused_by_the_readers(images, tmp_path, sample_images):
+    cache = tmp_path / "cache"
+    _shard(images, tmp_path / "run1", cache)
+    _shard(images, tmp_path / "run2", cache)  # points at run1
+    other = tmp_path / "other"
+    shutil.copytree(sample_images, other)
+    shutil.rmtree(other / "circle")
+    _shard(other, tmp_path / "run1", tmp_path / "cache2")  # run1 now holds other shards
+    with pytest.raises(ShardError, match="replaced or removed since"):
+        ShardSet.open(str(tmp_path / "run2"))
+    with pytest.raises(ShardValidationError, match="replaced or removed since"):
+        validate_shards(str(tmp_path / "run2"), max_error_fraction=0.05, verify_records=False)
+
+
+def test_concurrent_runs_with_one_fingerprint_both_complete_and_the_index_stays_usable(
+    images, tmp_path
+):
+    cache = tmp_path / "cache"
+    runs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "beam_jobs.shard_images",
+                "--input",
+                str(images),
+                "--output",
+                str(tmp_path / name),
+                "--cache-dir",
+                str(cache),
+                *IN_PROCESS,
+            ],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+        )
+        for name in ("a", "b")
+    ]
+    for run in runs:
+        _, err = run.communicate(timeout=300)
+        assert run.returncode == 0, err[-2000:]
+    for name in ("a", "b"):
+        ShardSet.open(str(tmp_path / name))  # each complete (or pointing at a complete one)
+    third = _shard(images, tmp_path / "c", cache)
+    assert third["location"] in (str(tmp_path / "a"), str(tmp_path / "b"))
