@@ -29,9 +29,8 @@ import tensorflow as tf
 from bench import common
 from training import features
 from training.data import InputOptions, build_dataset, measure_throughput
+from training.diagnosis import decode_ceiling_dataset
 from training.shards import ShardSet
-
-AUTOTUNE = tf.data.AUTOTUNE
 
 
 def pipeline_dataset(shards: Path, batch_size: int, image_size: int) -> tf.data.Dataset:
@@ -51,16 +50,6 @@ def encoded_images(shards: Path) -> tf.Tensor:
         shard_set.files("train"), compression_type=shard_set.compression_type
     ).map(lambda r: features.parse_example(r, (features.IMAGE_ENCODED,))[features.IMAGE_ENCODED])
     return tf.stack(list(records))
-
-
-def ceiling_dataset(encoded: tf.Tensor, batch_size: int, image_size: int) -> tf.data.Dataset:
-    ds = tf.data.Dataset.from_tensor_slices(encoded).repeat()
-    ds = ds.map(
-        lambda data: (features.decode_image(data, image_size), 0),
-        num_parallel_calls=AUTOTUNE,
-        deterministic=False,
-    )
-    return ds.batch(batch_size).prefetch(AUTOTUNE)
 
 
 def naive_dataset(images: Path, batch_size: int, image_size: int) -> tf.data.Dataset:
@@ -93,7 +82,7 @@ def run(
             measure(lambda s=shards: pipeline_dataset(s, batch_size, image_size)), repeats
         )
         rates["ceiling" + variant] = common.repeat(
-            measure(lambda e=encoded: ceiling_dataset(e, batch_size, image_size)), repeats
+            measure(lambda e=encoded: decode_ceiling_dataset(e, batch_size, image_size)), repeats
         )
     rates["naive"] = common.repeat(
         measure(lambda: naive_dataset(raw, batch_size, image_size)), repeats

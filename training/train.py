@@ -31,8 +31,9 @@ import keras
 import tensorflow as tf
 
 from training import config as train_config
+from training import diagnosis
 from training.config import ConfigError, TrainConfig
-from training.data import InputOptions, build_dataset, synthetic_dataset
+from training.data import InputOptions, build_dataset, decoded_megabytes, synthetic_dataset
 from training.distribute import ClusterInfo, cluster_from_env, make_strategy
 from training.export import export_serving_model
 from training.model import build_model
@@ -57,6 +58,7 @@ class EpochMetrics:
     val_accuracy: float | None
     images_per_second: float
     seconds: float
+    input_wait_share: float | None = None  # see training/diagnosis.py
 
     def line(self, epochs: int, total_steps: int) -> str:
         val = (
@@ -68,6 +70,11 @@ class EpochMetrics:
             f"epoch {self.epoch}/{epochs} step {self.step}/{total_steps} "
             f"train_loss {self.train_loss:.4f} train_acc {self.train_accuracy:.4f} {val} "
             f"images/s {self.images_per_second:.1f} ({self.seconds:.1f}s)"
+            + (
+                f" input wait {self.input_wait_share:.0%}"
+                if self.input_wait_share is not None
+                else ""
+            )
         )
 
 
@@ -115,6 +122,8 @@ class Trainer:
             seed=config.seed,
         )
         self.resumed_from_step = 0
+        self.diagnosis: dict = {}
+        self._compute_step_seconds: float | None = None
 
     # ---- data -----------------------------------------------------------------------
     def _distributed(self, split: str, training: bool):
@@ -228,6 +237,88 @@ class Trainer:
 
         return eval_step
 
+    def measure_compute_step(self, steps: int = 10) -> float:
+        """Seconds of one step without input: forward, backward and the gradient
+        all-reduce on an in-memory batch. No optimizer update, and the layers' state
+        (BatchNorm statistics, dropout seeds) is restored after: the model is untouched.
+        Every worker calls it at the same point of the run (it runs collectives)."""
+        strategy, model, global_batch = self.strategy, self.model, self.config.global_batch_size
+        state = [v.numpy() for v in model.non_trainable_variables]
+
+        def replica_probe(images, labels):
+            with tf.GradientTape() as tape:
+                logits = model(images, training=True)
+                loss = tf.nn.compute_average_loss(
+                    self.loss_fn(labels, logits), global_batch_size=global_batch
+                )
+            grads = tape.gradient(loss, model.trainable_variables)
+            tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, grads)
+
+        @tf.function
+        def probe(iterator, num_steps):
+            for _ in tf.range(num_steps):
+                strategy.run(replica_probe, args=next(iterator))
+
+        iterator = iter(
+            strategy.distribute_datasets_from_function(
+                lambda context: synthetic_dataset(
+                    context.get_per_replica_batch_size(global_batch),
+                    self.config.image_size,
+                    self.shards.num_classes,
+                )
+            )
+        )
+        probe(iterator, tf.constant(1))  # tracing
+        started = time.perf_counter()
+        probe(iterator, tf.constant(steps))
+        seconds = (time.perf_counter() - started) / steps
+        for variable, value in zip(model.non_trainable_variables, state, strict=True):
+            variable.assign(value)
+        return seconds
+
+    def _diagnose(self, metrics: EpochMetrics, first_in_process: bool) -> None:
+        """Fill the epoch's input-wait share; once per process, the probe and the ceiling."""
+        if self.config.synthetic_input:
+            return
+        if self._compute_step_seconds is None:
+            self._compute_step_seconds = self.measure_compute_step()
+            ceiling = (
+                diagnosis.decode_ceiling(self.shards, self.config.image_size)
+                if self.cluster.is_chief
+                else None
+            )
+            self.diagnosis = {
+                "compute_step_ms": 1000 * self._compute_step_seconds,
+                "decode_ceiling_images_per_second_per_worker": ceiling,
+            }
+        steps = metrics.images_per_second * metrics.seconds / self.config.global_batch_size
+        share = diagnosis.input_wait_share(metrics.seconds / steps, self._compute_step_seconds)
+        # The first epoch of a process also pays for tracing and warming up: its share is
+        # reported only when it is all there is.
+        if not first_in_process or metrics.step >= self.total_steps:
+            metrics.input_wait_share = share
+        ceiling = self.diagnosis.get("decode_ceiling_images_per_second_per_worker")
+        if ceiling:
+            records = int(self.shards.num_records("train") / self.cluster.num_workers)
+            cache = self.config.cache
+            cached = cache not in ("", "auto") or (
+                cache == "auto"
+                and decoded_megabytes(records, self.config.image_size)
+                <= self.config.cache_budget_mb
+            )
+            self.diagnosis.update(
+                input_wait_share=share,
+                advice=diagnosis.advice(
+                    share,
+                    images_per_second=metrics.images_per_second,
+                    ceiling_per_worker=ceiling,
+                    num_workers=self.cluster.num_workers,
+                    image_size=self.config.image_size,
+                    max_side=int(self.shards.metadata.get("params", {}).get("max_side", 0)),
+                    cached=cached,
+                ),
+            )
+
     def evaluate(self, split: str = "validation") -> tuple[float, float] | None:
         """Loss and accuracy over the whole split (every record once, across workers)."""
         if not self.shards.files(split) or not self.shards.num_records(split):
@@ -267,6 +358,7 @@ class Trainer:
         step = int(self.step.numpy())
         if step >= self.total_steps:
             log.info("%s: already trained %d/%d steps", self.cluster.name, step, self.total_steps)
+        first_in_process = True
         while step < self.total_steps:
             epoch = step // self.steps_per_epoch + 1
             epoch_end = epoch * self.steps_per_epoch
@@ -295,6 +387,8 @@ class Trainer:
                 images_per_second=steps_done * self.config.global_batch_size / seconds,
                 seconds=seconds,
             )
+            self._diagnose(metrics, first_in_process)
+            first_in_process = False
             self.save_checkpoint()
             log.info(
                 "%s: %s", self.cluster.name, metrics.line(self.config.epochs, self.total_steps)
@@ -321,7 +415,13 @@ class Trainer:
         path = posixpath.join(self.config.output, METRICS)
         with tf.io.gfile.GFile(path + ".tmp", "w") as handle:
             json.dump(
-                {"epochs": history, "resumed_from_step": self.resumed_from_step}, handle, indent=2
+                {
+                    "epochs": history,
+                    "resumed_from_step": self.resumed_from_step,
+                    "input_diagnosis": self.diagnosis,
+                },
+                handle,
+                indent=2,
             )
         tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
 
@@ -449,6 +549,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     log.info("%s: final weights fingerprint %s", cluster.name, trainer.weights_fingerprint())
+    if trainer.diagnosis.get("advice"):
+        log.info("input diagnosis: %s", trainer.diagnosis["advice"])
     path = trainer.export(history)
     if path:
         final = history[-1] if history else {}

@@ -73,6 +73,19 @@ def test_two_workers_learn_and_stay_in_sync(two_worker_run):
     assert (output / "tensorboard").is_dir() and os.listdir(output / "tensorboard")
 
 
+def test_every_run_diagnoses_its_input(two_worker_run):
+    output, log = two_worker_run
+    metrics = json.loads((output / "metrics.json").read_text())
+    found = metrics["input_diagnosis"]
+    assert found["compute_step_ms"] > 0
+    assert found["decode_ceiling_images_per_second_per_worker"] > 0
+    assert found["advice"].startswith(("input-bound", "compute-bound"))
+    assert f"input diagnosis: {found['advice']}" in log
+    shares = [epoch["input_wait_share"] for epoch in metrics["epochs"][1:]]
+    assert all(0.0 <= share <= 1.0 for share in shares)
+    assert metrics["epochs"][0]["input_wait_share"] is None  # tracing and warm-up
+
+
 def test_non_chief_temporary_files_are_cleaned_up(two_worker_run):
     output, _ = two_worker_run
     assert sorted(os.listdir(output)) == ["checkpoints", "metrics.json", "model", "tensorboard"]
