@@ -166,19 +166,25 @@ def image_model_pipeline():
 
         context = get_current_context()
         params, paths = context["params"], _paths(context["params"], context["run_id"])
+        from orchestration.plots import write_run_plots
+
         evaluation = evaluate_saved_model(trained["model_dir"], paths.shards)
         write_evaluation(evaluation, paths.evaluation)
+        pictures = write_run_plots(paths.train, evaluation, paths.root)
+        per_class = ", ".join(f"{k} {v:.2f}" for k, v in evaluation["per_class_accuracy"].items())
         print(
             f"held-out accuracy {evaluation['accuracy']:.3f} on {evaluation['num_examples']} "
-            f"{evaluation['split']} images"
+            f"{evaluation['split']} images (per class: {per_class}); plots: {', '.join(pictures)}"
         )
         try:
             check_gate(evaluation, params["accuracy_gate"])
         except AccuracyGateFailed as err:
             raise AirflowFailException(str(err)) from None
-        return {
+        return {  # small: XCom, and the publish record's copy
             "accuracy": evaluation["accuracy"],
             "split": evaluation["split"],
+            "num_examples": evaluation["num_examples"],
+            "per_class_accuracy": evaluation["per_class_accuracy"],
             "model_dir": trained["model_dir"],
         }
 

@@ -22,12 +22,13 @@ def shard_job_options(params: Mapping, shards_dir: str, cache_dir: str | None = 
         "max-side": params.get("max_side", 0),
         "max-error-fraction": params["max_error_fraction"],
         "min-shards": params["num_workers"],
-        "force-reshard": bool(params.get("force_reshard", False)),  # False: no flag at all
     }
+    if params.get("force_reshard"):
+        job["force-reshard"] = True
     if cache_dir:
         job["cache-dir"] = cache_dir
     extra = dict(params.get("beam_options") or {})
-    clash = sorted(k for k in extra if _key(k) in {*job, "runner"})
+    clash = sorted(k for k in extra if _key(k) in {*job, "runner", "force-reshard", "cache-dir"})
     if clash:
         raise ValueError(
             f"beam_options may not set {clash}: the run sets them from its parameters "

@@ -15,18 +15,14 @@ CONF=$(cat <<JSON
  "model_root": "$DEMO_DIR/models", "model_name": "shapes", "epochs": 8, "num_workers": 2}
 JSON
 )
-echo "running the DAG image_model_pipeline (log: $DEMO_DIR/dag-run.log) ..."
-if ! airflow dags test image_model_pipeline -c "$CONF" > "$DEMO_DIR/dag-run.log" 2>&1; then
+echo "running the DAG image_model_pipeline (full log: $DEMO_DIR/dag-run.log)"
+airflow dags test image_model_pipeline -c "$CONF" > "$DEMO_DIR/dag-run.log" 2>&1 &
+DAG_PID=$!
+# One line per task start and end, read from Airflow's database while the run goes on.
+python -m orchestration.progress --db "$AIRFLOW_HOME/airflow.db" --pid "$DAG_PID" || true
+if ! wait "$DAG_PID"; then
   tail -n 60 "$DEMO_DIR/dag-run.log"
   echo "demo: the DAG run failed; full log in $DEMO_DIR/dag-run.log" >&2
   exit 1
 fi
-python - "$DEMO_DIR/models" <<'PY'
-import json, sys
-from orchestration.publish import latest_model_path
-path = latest_model_path(sys.argv[1], "shapes")
-record = json.load(open(f"{path}/assets.extra/publish.json"))
-evaluation = record["evaluation"]
-print(f"model published at {path}")
-print(f"held-out {evaluation['split']} accuracy {evaluation['accuracy']:.3f} (4 classes: chance 0.25)")
-PY
+python -m orchestration.summary --model-root "$DEMO_DIR/models" --model-name shapes

@@ -38,17 +38,21 @@ def evaluate_saved_model(
         .batch(batch_size)
     )
     correct, total = Counter(), Counter()
+    names = shard_set.label_names
+    confusion = [[0] * len(names) for _ in names]  # [true][predicted]
     for encoded, labels in records:
         predicted = serve(images=encoded)["class_id"].numpy()
         for label, guess in zip(labels.numpy(), predicted, strict=True):
             total[int(label)] += 1
             correct[int(label)] += int(label == guess)
-    names = shard_set.label_names
+            confusion[int(label)][int(guess)] += 1
     return {
         "split": split,
         "num_examples": sum(total.values()),
         "accuracy": sum(correct.values()) / sum(total.values()),
         "per_class_accuracy": {names[c]: correct[c] / total[c] for c in sorted(total)},
+        "class_names": names,
+        "confusion": confusion,
     }
 
 

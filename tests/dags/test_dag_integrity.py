@@ -105,7 +105,6 @@ def test_beam_operator_options_come_from_params_alone():
         "max-side": 512,
         "max-error-fraction": 0.1,
         "min-shards": 4,
-        "force-reshard": False,
         "project": "p",
         "region": "europe-west1",
         "temp_location": "gs://b/tmp",

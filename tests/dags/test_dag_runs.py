@@ -72,9 +72,20 @@ def test_dags_test_runs_the_whole_pipeline_green(images, tmp_path):
     assert (Path(model) / "saved_model.pb").exists()
     assert _classify(model) >= 0.4  # chance is 0.25
     [run_dir] = (tmp_path / "out" / "runs").iterdir()
-    assert sorted(p.name for p in run_dir.iterdir()) == ["evaluation.json", "shards", "train"]
+    assert sorted(p.name for p in run_dir.iterdir()) == [
+        "confusion_matrix.png",
+        "evaluation.json",
+        "shards",
+        "train",
+        "training_curves.png",
+    ]
     evaluation = json.loads((run_dir / "evaluation.json").read_text())
     assert evaluation["split"] == "test" and evaluation["accuracy"] >= 0.4
+    assert sum(map(sum, evaluation["confusion"])) == evaluation["num_examples"]
+    from orchestration.summary import summary
+
+    text = summary(conf["model_root"], "shapes")  # what `make demo` prints at the end
+    assert "per class: circle" in text and f"run folder: {run_dir}" in text
 
 
 @pytest.fixture

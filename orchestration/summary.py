@@ -1,0 +1,76 @@
+"""What a person wants to know after a run, in a few lines: the published model, how good
+it is per class, and where the evaluation, plots and TensorBoard logs are.
+
+    python -m orchestration.summary --model-root MODELS [--model-name shapes]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import posixpath
+import sys
+
+import fsspec
+
+from orchestration.plots import CONFUSION, CURVES
+
+
+def _read_json(path: str) -> dict | None:
+    try:
+        with fsspec.open(path) as handle:
+            return json.load(handle)
+    except FileNotFoundError:
+        return None
+
+
+def summary(model_root: str, model_name: str) -> str:
+    home = posixpath.join(model_root.rstrip("/"), model_name)
+    with fsspec.open(posixpath.join(home, "LATEST"), "r") as handle:
+        version = handle.read().strip()
+    published = posixpath.join(home, version)
+    record = _read_json(posixpath.join(published, "assets.extra", "publish.json")) or {}
+    evaluation = record.get("evaluation") or {}
+    train_dir = posixpath.dirname(record.get("source", "").rstrip("/"))
+    run_dir = posixpath.dirname(train_dir)
+    lines = [f"published {model_name} version {version}: {published}"]
+    if evaluation:
+        classes = len(evaluation.get("per_class_accuracy", {})) or 1
+        per_class = ", ".join(
+            f"{name} {accuracy:.2f}"
+            for name, accuracy in sorted(evaluation.get("per_class_accuracy", {}).items())
+        )
+        lines.append(
+            f"held-out {evaluation['split']} accuracy {evaluation['accuracy']:.3f} on "
+            f"{evaluation['num_examples']} images (chance {1 / classes:.2f}); "
+            f"per class: {per_class}"
+        )
+    if run_dir:
+        lines.append(f"run folder: {run_dir}")
+        lines.append(
+            f"  evaluation.json, {CURVES}, {CONFUSION}; train/metrics.json; "
+            f"TensorBoard: tensorboard --logdir {posixpath.join(train_dir, 'tensorboard')}"
+        )
+        metrics = _read_json(posixpath.join(train_dir, "metrics.json")) or {}
+        advice = (metrics.get("input_diagnosis") or {}).get("advice")
+        if advice:
+            lines.append(f"input: {advice}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m orchestration.summary", description=__doc__)
+    parser.add_argument("--model-root", required=True)
+    parser.add_argument("--model-name", default="shapes")
+    args = parser.parse_args(argv)
+    try:
+        print(summary(args.model_root, args.model_name))
+    except FileNotFoundError as err:
+        print(f"error: nothing published under {args.model_root}/{args.model_name}: {err}",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""What a person sees of a run: progress lines, the end-of-run summary, the plots."""
+
+import json
+import sqlite3
+import subprocess
+import sys
+
+from orchestration import plots, progress, summary
+
+METRICS = {
+    "epochs": [
+        {
+            "epoch": e,
+            "train_loss": 1.5 / e,
+            "train_accuracy": 0.3 + 0.1 * e,
+            "val_loss": 1.6 / e,
+            "val_accuracy": 0.25 + 0.1 * e,
+        }
+        for e in range(1, 5)
+    ],
+    "input_diagnosis": {"advice": "compute-bound: input waits 3% of a step"},
+}
+EVALUATION = {
+    "split": "test",
+    "num_examples": 40,
+    "accuracy": 0.75,
+    "per_class_accuracy": {"circle": 1.0, "square": 0.5},
+    "class_names": ["circle", "square"],
+    "confusion": [[20, 0], [10, 10]],
+}
+
+
+def test_plots_are_png_files(tmp_path):
+    (tmp_path / "train").mkdir()
+    (tmp_path / "train" / "metrics.json").write_text(json.dumps(METRICS))
+    written = plots.write_run_plots(str(tmp_path / "train"), EVALUATION, str(tmp_path))
+    assert [p.rsplit("/", 1)[-1] for p in written] == [plots.CURVES, plots.CONFUSION]
+    for path in written:
+        with open(path, "rb") as handle:
+            data = handle.read()
+        assert data.startswith(b"\x89PNG") and len(data) > 5000
+
+
+def test_summary_names_the_model_its_classes_and_where_things_are(tmp_path):
+    run = tmp_path / "runs" / "r1"
+    (run / "train").mkdir(parents=True)
+    (run / "train" / "metrics.json").write_text(json.dumps(METRICS))
+    published = tmp_path / "models" / "shapes" / "3"
+    (published / "assets.extra").mkdir(parents=True)
+    (tmp_path / "models" / "shapes" / "LATEST").write_text("3\n")
+    record = {"run_id": "r1", "source": str(run / "train" / "model"), "evaluation": EVALUATION}
+    (published / "assets.extra" / "publish.json").write_text(json.dumps(record))
+    text = summary.summary(str(tmp_path / "models"), "shapes")
+    assert f"published shapes version 3: {published}" in text
+    assert "held-out test accuracy 0.750 on 40 images (chance 0.50)" in text
+    assert "per class: circle 1.00, square 0.50" in text
+    assert f"run folder: {run}" in text and plots.CONFUSION in text
+    assert f"tensorboard --logdir {run / 'train' / 'tensorboard'}" in text
+    assert "input: compute-bound" in text
+
+
+def test_progress_prints_each_task_start_and_end_until_the_run_exits(tmp_path):
+    db = tmp_path / "airflow.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE dag_run (id INTEGER, dag_id TEXT, run_id TEXT)")
+        conn.execute(
+            "CREATE TABLE task_instance (dag_id TEXT, run_id TEXT, task_id TEXT, state TEXT, "
+            "start_date TEXT, end_date TEXT)"
+        )
+        conn.execute("INSERT INTO dag_run VALUES (1, 'image_model_pipeline', 'old')")
+        conn.execute("INSERT INTO dag_run VALUES (2, 'image_model_pipeline', 'new')")
+        conn.execute(
+            "INSERT INTO task_instance VALUES ('image_model_pipeline', 'old', 'train', "
+            "'failed', '2026-12-03 10:00:00', '2026-12-03 10:01:00')"
+        )
+        conn.executemany(
+            "INSERT INTO task_instance VALUES ('image_model_pipeline', 'new', ?, ?, ?, ?)",
+            [
+                ("shard_images", "success", "2026-12-03 11:00:00", "2026-12-03 11:00:42"),
+                ("train", "running", "2026-12-03 11:00:43", None),
+            ],
+        )
+    finished = subprocess.Popen([sys.executable, "-c", "pass"])
+    finished.wait()
+    done = subprocess.run(
+        [sys.executable, "-m", "orchestration.progress", "--db", str(db),
+         "--pid", str(finished.pid)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "shard_images: success in 42s" in done.stdout
+    assert "train: started" in done.stdout
+    assert "failed" not in done.stdout  # the older run is not this one
+
+
+def test_progress_lines_only_for_changes():
+    before = {"a": ("running", "2026-12-03 11:00:00", None)}
+    after = {
+        "a": ("success", "2026-12-03 11:00:00", "2026-12-03 11:00:05"),
+        "b": ("running", "2026-12-03 11:00:06", None),
+    }
+    assert progress.describe_changes(before, after) == ["  a: success in 5s", "  b: started"]
+    assert progress.describe_changes(after, after) == []
