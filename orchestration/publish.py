@@ -176,3 +176,39 @@ def publish_model(
         tf.io.gfile.rename(staging, target, overwrite=False)
         _set_latest(model_home, version)
     return {"version": version, "path": target, "reused": False}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m orchestration.publish`: the DAG's publish task by hand."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(
+        prog="python -m orchestration.publish",
+        description="Publish an exported model as <model-root>/<model-name>/<version>/ and "
+        "move LATEST to it. Publishing the same --run-id again returns its version.",
+    )
+    parser.add_argument("--model", required=True, help="SavedModel folder (RUN_DIR/model).")
+    parser.add_argument("--model-root", required=True)
+    parser.add_argument("--model-name", required=True)
+    parser.add_argument("--run-id", required=True, help="Identifies this publication.")
+    parser.add_argument("--evaluation", help="evaluation.json to keep with the version.")
+    args = parser.parse_args(argv)
+    if not tf.io.gfile.exists(posixpath.join(args.model, "saved_model.pb")):
+        print(f"error: no SavedModel at {args.model}", file=sys.stderr)
+        return 2
+    evaluation = _read_json(args.evaluation) if args.evaluation else None
+    try:
+        published = publish_model(
+            args.model, args.model_root, args.model_name, run_id=args.run_id, evaluation=evaluation
+        )
+    except PublishError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    state = "already published as" if published["reused"] else "published"
+    print(f"{state} version {published['version']}: {published['path']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -7,14 +7,16 @@ The model is fed the raw `image/encoded` bytes of a held-out split through its
 
 from __future__ import annotations
 
+import argparse
 import json
 import posixpath
+import sys
 from collections import Counter
 
 import tensorflow as tf
 
 from training import features
-from training.shards import ShardSet
+from training.shards import ShardError, ShardSet
 
 
 class AccuracyGateFailed(RuntimeError):
@@ -69,3 +71,46 @@ def write_evaluation(evaluation: dict, path: str) -> None:
     tf.io.gfile.makedirs(posixpath.dirname(path))
     with tf.io.gfile.GFile(path, "w") as handle:
         json.dump(evaluation, handle, indent=2)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m training.evaluate`: the DAG's evaluate task by hand."""
+    parser = argparse.ArgumentParser(
+        prog="python -m training.evaluate",
+        description="Score an exported model on the held-out split of a shard folder (test, "
+        "else validation) through its serving signature; print the accuracy per class, "
+        "optionally write evaluation.json and refuse below a gate (exit 1).",
+    )
+    parser.add_argument("--model", required=True, help="SavedModel folder (RUN_DIR/model).")
+    parser.add_argument("--data", required=True, help="Shard folder the model was trained on.")
+    parser.add_argument("--split", default="test", help="Split to score (default test).")
+    parser.add_argument("--output", help="Write the evaluation here (evaluation.json).")
+    parser.add_argument(
+        "--accuracy-gate", type=float, default=0.0, help="Exit 1 below this accuracy."
+    )
+    args = parser.parse_args(argv)
+    if not tf.io.gfile.exists(posixpath.join(args.model, "saved_model.pb")):
+        print(f"error: no SavedModel at {args.model}", file=sys.stderr)
+        return 2
+    try:
+        evaluation = evaluate_saved_model(args.model, args.data, split=args.split)
+    except (ShardError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.output:
+        write_evaluation(evaluation, args.output)
+    per_class = ", ".join(f"{k} {v:.3f}" for k, v in evaluation["per_class_accuracy"].items())
+    print(
+        f"{evaluation['split']} accuracy {evaluation['accuracy']:.3f} on "
+        f"{evaluation['num_examples']} images; per class: {per_class}"
+    )
+    try:
+        check_gate(evaluation, args.accuracy_gate)
+    except AccuracyGateFailed as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

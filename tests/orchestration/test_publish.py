@@ -92,3 +92,17 @@ def test_a_publisher_killed_mid_copy_leaves_nothing_after_the_next_publish(model
     publish_model(model_dir, str(tmp_path / "models"), "shapes", run_id="run-1")
     assert not killed.exists() and not legacy.exists()
     assert running.exists()
+
+
+def test_publish_cli_publishes_once_per_run_id_and_refuses_bad_names(model_dir, tmp_path, capsys):
+    from orchestration.publish import main
+
+    root = str(tmp_path / "models")
+    args = ["--model", model_dir, "--model-root", root, "--model-name", "shapes"]
+    assert main([*args, "--run-id", "r1"]) == 0
+    assert main([*args, "--run-id", "r1"]) == 0
+    out = capsys.readouterr().out
+    assert "published version 1" in out and "already published as version 1" in out
+    bad = ["--model", model_dir, "--model-root", root, "--model-name", "../x", "--run-id", "r"]
+    assert main(bad) == 2
+    assert "not a plain name" in capsys.readouterr().err

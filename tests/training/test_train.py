@@ -86,6 +86,21 @@ def test_every_run_diagnoses_its_input(two_worker_run):
     assert metrics["epochs"][0]["input_wait_share"] is None  # tracing and warm-up
 
 
+def test_evaluate_cli_scores_the_exported_model(two_worker_run, trainable_shards, tmp_path):
+    output, _ = two_worker_run
+    report = tmp_path / "evaluation.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "training.evaluate", "--model", str(output / "model"),
+         "--data", trainable_shards, "--output", str(report), "--accuracy-gate", "0.3"],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    evaluation = json.loads(report.read_text())
+    assert f"test accuracy {evaluation['accuracy']:.3f}" in done.stdout
+    assert "per class: circle" in done.stdout
+
+
 def test_non_chief_temporary_files_are_cleaned_up(two_worker_run):
     output, _ = two_worker_run
     assert sorted(os.listdir(output)) == ["checkpoints", "metrics.json", "model", "tensorboard"]
