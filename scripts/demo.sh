@@ -12,7 +12,7 @@ python -m beam_jobs.sample_data "$DEMO_DIR/images" --images-per-class 250 --with
 airflow db migrate > "$DEMO_DIR/airflow-db-migrate.log" 2>&1
 CONF=$(cat <<JSON
 {"input_uri": "$DEMO_DIR/images", "output_root": "$DEMO_DIR/pipeline",
- "model_root": "$DEMO_DIR/models", "model_name": "shapes", "epochs": 8, "num_workers": 2}
+ "model_root": "$DEMO_DIR/models", "model_name": "shapes", "num_workers": 2}
 JSON
 )
 echo "running the DAG image_model_pipeline (full log: $DEMO_DIR/dag-run.log)"

@@ -39,7 +39,7 @@ class TrainConfig:
     image_size: int = param(
         64, minimum=16, maximum=1024, help="Square model input size in pixels", section="Model"
     )
-    epochs: int = param(8, minimum=1, maximum=10000, help="Training epochs", section="Training")
+    epochs: int = param(30, minimum=1, maximum=10000, help="Training epochs", section="Training")
     global_batch_size: int = param(
         32,
         minimum=1,
