@@ -175,20 +175,12 @@ def header_pixels(encoded: tf.Tensor) -> tf.Tensor:
     )
 
 
-def decode_image(
-    encoded: tf.Tensor,
-    image_size: int,
-    max_pixels: int = MAX_PIXELS,
-    index: tf.Tensor | None = None,
+def check_header(
+    encoded: tf.Tensor, max_pixels: int = MAX_PIXELS, index: tf.Tensor | None = None
 ) -> tf.Tensor:
-    """Encoded JPEG/PNG/GIF/BMP bytes -> float32 [image_size, image_size, 3] in [0, 1].
-
-    Used by the training input pipeline and by the exported serving signature,
-    so that a served image is preprocessed exactly as a training image was.
-    `expand_animations=False` keeps the output rank fixed for GIFs as well.
-    Anything else, and any header claiming more than `max_pixels`, fails with
-    InvalidArgumentError before a byte is decoded; with `index` (the element's
-    position in a served batch) the message names it, as `images[3]: ...`.
+    """The pixels the header claims, after refusing (InvalidArgumentError) anything that
+    is not a JPEG/PNG/GIF/BMP or claims more than `max_pixels`; nothing is decoded. With
+    `index` (the element's position in a served batch) the message names it: `images[3]: ...`.
     """
     pixels = header_pixels(encoded)
 
@@ -206,6 +198,23 @@ def decode_image(
         ),
     ]
     with tf.control_dependencies(checks):
+        return tf.identity(pixels)
+
+
+def decode_image(
+    encoded: tf.Tensor,
+    image_size: int,
+    max_pixels: int = MAX_PIXELS,
+    index: tf.Tensor | None = None,
+) -> tf.Tensor:
+    """Encoded JPEG/PNG/GIF/BMP bytes -> float32 [image_size, image_size, 3] in [0, 1].
+
+    Used by the training input pipeline and by the exported serving signature,
+    so that a served image is preprocessed exactly as a training image was.
+    `expand_animations=False` keeps the output rank fixed for GIFs as well.
+    `check_header` refuses anything else before a byte is decoded.
+    """
+    with tf.control_dependencies([check_header(encoded, max_pixels, index)]):
         encoded = tf.identity(encoded)
     image = tf.cond(
         tf.io.is_jpeg(encoded),

@@ -22,9 +22,12 @@ export_serving_model(
 serve = tf.saved_model.load(path).signatures["serving_default"]
 odd = hostile.odd_files()
 good = serve(images=tf.constant([odd["progressive.jpg"], odd["rgba.png"]]))
+empty = serve(images=tf.constant([], tf.string))
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 outcomes = {}
 odd["gif_frame_bomb.gif"] = hostile.gif_frame_bomb()
+# Its header is whole (the size reads fine), its image data ends early: the decoder fails.
+odd["cut.jpg"] = hostile.encode(hostile.noise(64, 48), "JPEG")[:700]
 for name in (
     "bomb.png",
     "bomb.jpg",
@@ -33,6 +36,7 @@ for name in (
     "text.jpg",
     "tiff.tif",
     "truncated.jpg",
+    "cut.jpg",
 ):
     try:
         serve(images=tf.constant([odd["progressive.jpg"], odd[name]]))
@@ -44,6 +48,7 @@ print(
     json.dumps(
         {
             "good_class_names": [n.decode() for n in good["class_name"].numpy()],
+            "empty_shapes": {k: list(v.shape) for k, v in empty.items()},
             "outcomes": outcomes,
             "peak_growth_kb": after - before,
         }
