@@ -150,6 +150,7 @@ class ShardConfig:
         if self.input.rstrip("/") == self.output.rstrip("/"):
             raise ConfigError("--output must differ from --input")
         stageconfig.check(self)
+        stageconfig.check_output_folder("--output", self.output)
 
     def to_json(self) -> dict:
         return asdict(self)

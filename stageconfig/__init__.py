@@ -13,13 +13,22 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import types
 import typing
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass
 from typing import Any
 
-__all__ = ["ConfigError", "add_arguments", "check", "dag_param_fields", "from_args", "param"]
+__all__ = [
+    "ConfigError",
+    "add_arguments",
+    "check",
+    "check_output_folder",
+    "dag_param_fields",
+    "from_args",
+    "param",
+]
 
 
 class ConfigError(ValueError):
@@ -99,6 +108,28 @@ def check(config) -> None:
             raise ConfigError(f"{flag} must be {_range(spec)}, got {value}")
         if high is not None and value > high:
             raise ConfigError(f"{flag} must be {_range(spec)}, got {value}")
+
+
+def check_output_folder(flag: str, path: str) -> None:
+    """A local output folder must be creatable: no existing file at the path or above it.
+    (Found late, it is a traceback from deep inside TensorFlow or Beam.)"""
+    if not path or "://" in path:
+        return
+    current = os.path.abspath(path)
+    while True:
+        if os.path.exists(current):
+            if not os.path.isdir(current):
+                what = (
+                    "is a file"
+                    if current == os.path.abspath(path)
+                    else f"is inside a file ({current})"
+                )
+                raise ConfigError(f"{flag} {path} {what}: give a folder")
+            return
+        parent = os.path.dirname(current)
+        if parent == current:
+            return
+        current = parent
 
 
 def _number(value: float) -> str:

@@ -6,3 +6,10 @@ the serving export, evaluation, and the CLIs `training.train` (one worker),
 import `shardspec` and `stageconfig`; never Beam, Airflow, `beam_jobs` or
 `orchestration`. `training/config.py` stays free of TensorFlow: the DAG reads it.
 """
+
+import os
+
+# TensorFlow's C++ start-up lines (oneDNN, CPU features, absl) are noise to a user of these
+# CLIs: show warnings and errors only, unless TF_CPP_MIN_LOG_LEVEL says otherwise. Set here,
+# before any module of the package imports TensorFlow; worker processes inherit it.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

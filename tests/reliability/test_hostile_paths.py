@@ -180,3 +180,20 @@ def test_output_inside_the_input_is_refused_with_one_line(tmp_path, sample_image
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "is inside --input" in err[0]
     assert not output.exists()
+
+
+@pytest.mark.parametrize("module", ["beam_jobs.shard_images", "training.train"])
+def test_an_output_that_is_a_file_exits_2_in_one_line(tmp_path, sample_images, module):
+    import subprocess
+    import sys
+
+    a_file = tmp_path / "out"
+    a_file.write_text("not a folder")
+    flag = "--input" if module.startswith("beam") else "--data"
+    done = subprocess.run(
+        [sys.executable, "-m", module, flag, sample_images, "--output", str(a_file)],
+        capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parents[2],
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert f"--output {a_file} is a file" in done.stderr
+    assert "Traceback" not in done.stderr

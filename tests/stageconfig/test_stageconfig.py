@@ -59,3 +59,14 @@ def test_the_dag_param_carries_the_same_type_bounds_and_words():
     assert rate["exclusiveMinimum"] == 0 and "minimum" not in rate
     assert stageconfig.dag_param_fields(Example, "limit")["type"] == ["integer", "null"]
     assert stageconfig.dag_param_fields(Example, "mode")["enum"] == ["a", "b"]
+
+
+def test_an_output_folder_at_or_inside_a_file_is_a_one_line_error(tmp_path):
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    with pytest.raises(ConfigError, match=r"--output .* is a file"):
+        stageconfig.check_output_folder("--output", str(a_file))
+    with pytest.raises(ConfigError, match=r"is inside a file \("):
+        stageconfig.check_output_folder("--output", str(a_file / "deeper" / "run"))
+    stageconfig.check_output_folder("--output", str(tmp_path / "new" / "run"))  # creatable
+    stageconfig.check_output_folder("--output", "gs://bucket/run")  # not checked here
