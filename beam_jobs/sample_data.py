@@ -138,14 +138,15 @@ def main(argv: list[str] | None = None) -> int:
         "--images-per-class",
         type=int,
         default=150,
+        metavar="N",
         help="Images per class (default 150; 4 classes).",
     )
-    parser.add_argument("--seed", type=int, default=0, help="Random seed (default 0).")
+    parser.add_argument("--seed", type=int, default=0, metavar="N", help="Random seed (default 0).")
     parser.add_argument(
-        "--min-size", type=int, default=48, help="Smallest side in px (default 48)."
+        "--min-size", type=int, default=48, metavar="PX", help="Smallest side in px (default 48)."
     )
     parser.add_argument(
-        "--max-size", type=int, default=128, help="Largest side in px (default 128)."
+        "--max-size", type=int, default=128, metavar="PX", help="Largest side in px (default 128)."
     )
     parser.add_argument(
         "--with-corrupt",

@@ -12,6 +12,7 @@ Exit codes: 0 done, 1 too many rejected images, 2 bad parameters or input.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 import time
@@ -184,6 +185,12 @@ def shard_images(
             log.info("%s", result.summary())
             return result
     out.invalidate(config.output)
+    # The effective parameters beside the output from the start (metadata.json repeats them
+    # at the end): a running or killed job says what it was asked to do.
+    out.write_bytes(
+        out.join(config.output, "_config.json"),
+        json.dumps(config.to_json(), indent=2, ensure_ascii=False).encode(),
+    )
     staging = out.new_staging_dir(config.output)
     plan_path = out.join(staging, "_plan", "inputs.jsonl")
     out.write_bytes(plan_path, "".join(i.to_json() + "\n" for i in plan.items).encode())

@@ -44,6 +44,7 @@ log = logging.getLogger("training.train")
 CHECKPOINTS = "checkpoints"
 TENSORBOARD = "tensorboard"
 METRICS = "metrics.json"
+CONFIG = "config.json"
 MODEL = "model"
 WORKER_TMP = "_worker_tmp"
 
@@ -293,10 +294,14 @@ class Trainer:
             }
         steps = metrics.images_per_second * metrics.seconds / self.config.global_batch_size
         share = diagnosis.input_wait_share(metrics.seconds / steps, self._compute_step_seconds)
-        # The first epoch of a process also pays for tracing and warming up: its share is
-        # reported only when it is all there is.
-        if not first_in_process or metrics.step >= self.total_steps:
-            metrics.input_wait_share = share
+        # The first epoch of a process also pays for tracing and warming up (and fills the
+        # cache): its share would mostly measure that, so it is left out.
+        if first_in_process:
+            self.diagnosis.setdefault(
+                "advice", "one epoch only: train 2 or more epochs to measure the input wait"
+            )
+            return
+        metrics.input_wait_share = share
         ceiling = self.diagnosis.get("decode_ceiling_images_per_second_per_worker")
         if ceiling:
             records = int(self.shards.num_records("train") / self.cluster.num_workers)
@@ -335,7 +340,9 @@ class Trainer:
         chief_dir = posixpath.join(self.config.output, CHECKPOINTS)
         latest = tf.train.latest_checkpoint(chief_dir)
         if latest:
-            self.checkpoint.restore(latest).assert_existing_objects_matched()
+            # expect_partial: the optimizer's slots are created at its first step, so a run
+            # that is already finished never resolves them (that is not an error).
+            self.checkpoint.restore(latest).assert_existing_objects_matched().expect_partial()
             self.resumed_from_step = int(self.step.numpy())
             log.info(
                 "%s: resumed from step %d (%s)", self.cluster.name, self.resumed_from_step, latest
@@ -347,6 +354,8 @@ class Trainer:
     def run(self) -> list[dict]:
         self.build()
         self.restore()
+        if self.cluster.is_chief:
+            self._write_config()
         history = self._load_history()
         writer = (
             tf.summary.create_file_writer(posixpath.join(self.config.output, TENSORBOARD))
@@ -354,10 +363,16 @@ class Trainer:
             else tf.summary.create_noop_writer()
         )
         train_steps = self._train_steps_fn()
-        iterator = iter(self._distributed("train", training=True))
         step = int(self.step.numpy())
         if step >= self.total_steps:
-            log.info("%s: already trained %d/%d steps", self.cluster.name, step, self.total_steps)
+            log.info(
+                "%s: already trained %d/%d steps; exporting the model again",
+                self.cluster.name,
+                step,
+                self.total_steps,
+            )
+        else:
+            iterator = iter(self._distributed("train", training=True))
         first_in_process = True
         while step < self.total_steps:
             epoch = step // self.steps_per_epoch + 1
@@ -402,6 +417,20 @@ class Trainer:
                         tf.summary.scalar(key, value)
                 writer.flush()
         return history
+
+    def _write_config(self) -> None:
+        """The effective parameters, beside the run's outputs from its start (not only in
+        the exported model's metadata), so a run in progress or killed says what it ran."""
+        tf.io.gfile.makedirs(self.config.output)
+        effective = {
+            **self.config.to_json(),
+            "num_workers": self.cluster.num_workers,
+            "replicas": self.strategy.num_replicas_in_sync,
+            "steps_per_epoch": self.steps_per_epoch,
+            "total_steps": self.total_steps,
+        }
+        with tf.io.gfile.GFile(posixpath.join(self.config.output, CONFIG), "w") as handle:
+            json.dump(effective, handle, indent=2)
 
     def _load_history(self) -> list[dict]:
         path = posixpath.join(self.config.output, METRICS)

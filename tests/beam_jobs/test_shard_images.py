@@ -142,7 +142,8 @@ def test_rerun_with_other_shard_count_replaces_output_cleanly(sample_images, tmp
     shard_files = [n for n in names if n.endswith(".tfrecord")]
     assert all("-of-00002" in n for n in shard_files)
     assert len(shard_files) == 6
-    assert names == sorted([*shard_files, "_SUCCESS", "errors", "metadata.json"])
+    assert names == sorted([*shard_files, "_SUCCESS", "_config.json", "errors", "metadata.json"])
+    assert json.loads((output / "_config.json").read_text())["num_shards"] == 2
     assert first["num_records"] == second["num_records"]
     for split in ("train", "validation", "test"):
         assert first["splits"][split]["per_label"] == second["splits"][split]["per_label"]

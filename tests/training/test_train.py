@@ -103,7 +103,15 @@ def test_evaluate_cli_scores_the_exported_model(two_worker_run, trainable_shards
 
 def test_non_chief_temporary_files_are_cleaned_up(two_worker_run):
     output, _ = two_worker_run
-    assert sorted(os.listdir(output)) == ["checkpoints", "metrics.json", "model", "tensorboard"]
+    assert sorted(os.listdir(output)) == [
+        "checkpoints",
+        "config.json",
+        "metrics.json",
+        "model",
+        "tensorboard",
+    ]
+    effective = json.loads((output / "config.json").read_text())  # written at the start
+    assert (effective["num_workers"], effective["epochs"]) == (2, EPOCHS)
 
 
 def test_exported_model_classifies_raw_jpeg_bytes(two_worker_run):
