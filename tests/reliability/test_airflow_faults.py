@@ -112,7 +112,7 @@ def test_concurrent_runs_and_no_secret_anywhere(airflow, images, tmp_path):
     assert airflow.wait_run(second) == "success", airflow.tail()
 
     out = tmp_path / "out"
-    assert sorted(p.name for p in out.iterdir()) == ["runs"]
+    assert sorted(p.name for p in out.iterdir()) == ["runs", "shard_cache"]
     run_dirs = sorted(p.name for p in (out / "runs").iterdir())
     assert len(run_dirs) == 2
     for run_dir in run_dirs:
