@@ -63,6 +63,9 @@ def fingerprint(config: ShardConfig, plan: Plan) -> str:
 
 
 def _read_json(path: str) -> dict | None:
+    # exists() first: a missing object on GCS raises the client's NotFound, not OSError.
+    if not FileSystems.exists(path):
+        return None
     try:
         with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
             return json.loads(handle.read())

@@ -135,7 +135,7 @@ def check_readable(path: str, max_bytes: int) -> Entry:
         try:
             filesystem = FileSystems.get_filesystem(path)
             entry = Entry(path, filesystem.size(path), modified=repr(filesystem.last_updated(path)))
-        except OSError as err:
+        except Exception as err:  # OSError, or an object store client's own NotFound
             return Entry(path, 0, "unreadable", f"{type(err).__name__}: {err}")
     if not entry.problem and entry.size > max_bytes:
         return Entry(

@@ -158,3 +158,36 @@ def test_missing_gs_prefix_is_a_clear_error(emulator):
     assert proc.stderr.strip().splitlines()[-1] == (
         "error: no input files found under gs://imagepipe/nothing (missing or empty prefix)"
     )
+
+
+def test_gs_paths_with_glob_characters_are_literal_and_reuse_works(emulator, tmp_path):
+    """Object names with [ ] * ? are names, not patterns; the shard cache works on gs://."""
+    fs, env = emulator
+    local = tmp_path / "images"
+    sample_data.generate(str(local), images_per_class=3, seed=5)
+    for path in glob.glob(str(local / "*" / "*")):
+        fs.pipe(f"imagepipe/in[1]/{os.path.relpath(path, local)}", Path(path).read_bytes())
+        fs.pipe(f"imagepipe/in1/decoy/{os.path.basename(path)}", Path(path).read_bytes())
+
+    def shard(output):
+        return subprocess.run(
+            [sys.executable, "-m", "beam_jobs.shard_images", "--input", "gs://imagepipe/in[1]",
+             "--output", output, "--cache-dir", "gs://imagepipe/cache", *IN_PROCESS],
+            env=env, capture_output=True, text=True, timeout=600, cwd=REPO,
+        )  # fmt: skip
+
+    first = shard("gs://imagepipe/o[1]*")
+    assert first.returncode == 0, first.stderr[-4000:]
+    metadata = json.loads(fs.cat_file("imagepipe/o[1]*/metadata.json"))  # cat would glob
+    assert sorted(metadata["label_map"]) == sorted(sample_data.CLASSES)  # no "decoy"
+    assert metadata["num_records"] == 3 * len(sample_data.CLASSES)
+    written = [p for p in fs.find("imagepipe") if p.startswith("imagepipe/o[1]*/")]
+    assert "imagepipe/o[1]*/_SUCCESS" in written
+    assert any(p.endswith(".tfrecord") for p in written)
+    assert not any("_staging-" in p for p in written)
+
+    second = shard("gs://imagepipe/again")
+    assert second.returncode == 0, second.stderr[-4000:]
+    assert "reused the 12 records in gs://imagepipe/o[1]*" in second.stdout
+    pointer = json.loads(fs.cat_file("imagepipe/again/metadata.json"))
+    assert pointer["location"] == "gs://imagepipe/o[1]*"
