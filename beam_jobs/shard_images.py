@@ -174,6 +174,15 @@ def shard_images(
         found = cache.lookup(config.cache_dir, key)
         if found:
             source, metadata = found
+            # The error budget is not part of the fingerprint (it does not change the
+            # records): a reused output must still be within this run's budget.
+            if metadata["error_fraction"] > config.max_error_fraction:
+                raise ErrorBudgetExceeded(
+                    f"the unchanged inputs were sharded before with {metadata['num_errors']} "
+                    f"of {metadata['num_inputs']} rejected ({metadata['error_fraction']:.1%} > "
+                    f"--max-error-fraction {config.max_error_fraction:.1%}); by reason: "
+                    f"{metadata['errors_by_reason']}. See {out.join(source, out.ERRORS_DIR)}."
+                )
             if source.rstrip("/") != config.output.rstrip("/"):
                 out.publish(
                     config.output,

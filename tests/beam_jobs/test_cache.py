@@ -124,3 +124,17 @@ def test_concurrent_runs_with_one_fingerprint_both_complete_and_the_index_stays_
         ShardSet.open(str(tmp_path / name))  # each complete (or pointing at a complete one)
     third = _shard(images, tmp_path / "c", cache)
     assert third["location"] in (str(tmp_path / "a"), str(tmp_path / "b"))
+
+
+def test_a_reused_output_must_fit_this_runs_error_budget(tmp_path, sample_with_corrupt, capsys):
+    images, corrupt = sample_with_corrupt
+    cache = tmp_path / "cache"
+    first = _shard(images, tmp_path / "run1", cache, "--max-error-fraction", "0.5")
+    assert first["num_errors"] == len(corrupt)
+    code = shard_images.run(
+        ["--input", images, "--output", str(tmp_path / "run2"), "--cache-dir", str(cache),
+         "--max-error-fraction", "0.01", *IN_PROCESS]
+    )  # fmt: skip
+    assert code == 1
+    assert "sharded before with" in capsys.readouterr().err
+    assert not (tmp_path / "run2" / "_SUCCESS").exists()
