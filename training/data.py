@@ -102,8 +102,11 @@ def decoded_megabytes(num_records: int, image_size: int) -> float:
     return num_records * image_size * image_size * 3 * 4 / 2**20  # float32 RGB
 
 
-def _cache_choice(options: InputOptions, num_records: int | None, training: bool = True) -> str:
-    """What to cache: the option as given, or for "auto" memory when it fits the budget.
+def cache_choice(
+    options: InputOptions, num_records: int | None, training: bool = True, *, quiet: bool = False
+) -> str:
+    """What to cache: the option as given, or for "auto" memory when it fits the budget
+    (said in the log unless `quiet`: the trainer's input diagnosis asks again).
 
     "auto" caches training input only: an evaluation dataset is built anew for each
     evaluation, so its cache would be filled and never read again.
@@ -113,6 +116,8 @@ def _cache_choice(options: InputOptions, num_records: int | None, training: bool
     if num_records is None or not training:
         return ""
     size = decoded_megabytes(num_records, options.image_size)
+    if quiet:
+        return "memory" if size <= options.cache_budget_mb else ""
     if size <= options.cache_budget_mb:
         log.info(
             "input: caching %d decoded images in memory (%.0f MB <= budget %d MB); "
@@ -188,7 +193,7 @@ def build_dataset(
     )
     if shard_records:
         ds = ds.shard(num_pipelines, pipeline_id)
-    cache = _cache_choice(options, num_records, training)
+    cache = cache_choice(options, num_records, training)
     if training and not cache:
         # Shuffle and batch the small encoded records, then parse a whole batch at once and
         # decode and augment it in one map: nothing copies decoded images around, and the

@@ -33,7 +33,7 @@ import tensorflow as tf
 from training import config as train_config
 from training import diagnosis
 from training.config import ConfigError, TrainConfig
-from training.data import InputOptions, build_dataset, decoded_megabytes, synthetic_dataset
+from training.data import InputOptions, build_dataset, cache_choice, synthetic_dataset
 from training.distribute import ClusterInfo, cluster_from_env, make_strategy
 from training.export import export_serving_model
 from training.model import build_model
@@ -113,7 +113,6 @@ class Trainer:
             )
         self.steps_per_epoch = config.steps_per_epoch or train_records // config.global_batch_size
         self.total_steps = self.steps_per_epoch * config.epochs
-        self.per_replica_batch = config.global_batch_size // replicas
         self.input_options = InputOptions(
             image_size=config.image_size,
             shuffle_buffer=config.shuffle_buffer,
@@ -304,13 +303,9 @@ class Trainer:
         metrics.input_wait_share = share
         ceiling = self.diagnosis.get("decode_ceiling_images_per_second_per_worker")
         if ceiling:
-            records = int(self.shards.num_records("train") / self.cluster.num_workers)
-            cache = self.config.cache
-            cached = cache not in ("", "auto") or (
-                cache == "auto"
-                and decoded_megabytes(records, self.config.image_size)
-                <= self.config.cache_budget_mb
-            )
+            # The same choice build_dataset made for this worker's share of the records.
+            records = -(-self.shards.num_records("train") // self.cluster.num_workers)
+            cached = bool(cache_choice(self.input_options, records, quiet=True))
             self.diagnosis.update(
                 input_wait_share=share,
                 advice=diagnosis.advice(

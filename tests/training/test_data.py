@@ -131,21 +131,21 @@ def test_batched_decode_equals_decoding_each_record(trainable_shards):
     ("records", "budget", "expected"), [(100, 10, "memory"), (10_000, 10, ""), (None, 10, "")]
 )
 def test_auto_cache_caches_in_memory_only_what_fits(records, budget, expected, caplog):
-    from training.data import _cache_choice
+    from training.data import cache_choice
 
     options = InputOptions(image_size=32, cache="auto", cache_budget_mb=budget)
     with caplog.at_level("INFO"):
-        assert _cache_choice(options, records) == expected
+        assert cache_choice(options, records) == expected
     if records is not None:
         assert ("caching" if expected else "not caching") in caplog.text
 
 
 def test_auto_cache_leaves_evaluation_uncached():
-    from training.data import _cache_choice
+    from training.data import cache_choice
 
     options = InputOptions(image_size=32, cache="auto", cache_budget_mb=10)
-    assert _cache_choice(options, 100, training=False) == ""
-    assert _cache_choice(InputOptions(cache="memory"), 100, training=False) == "memory"
+    assert cache_choice(options, 100, training=False) == ""
+    assert cache_choice(InputOptions(cache="memory"), 100, training=False) == "memory"
 
 
 def test_auto_cached_training_pipeline_serves_each_image_once_per_epoch(trainable_shards):
