@@ -45,6 +45,7 @@ def validate_shards(
     *,
     max_error_fraction: float,
     min_train_shards: int = 1,
+    min_train_records: int = 0,
     verify_records: bool = True,
 ) -> dict:
     """Return a small summary (for XCom) or raise ShardValidationError with every problem."""
@@ -81,6 +82,12 @@ def validate_shards(
         problems.append(
             f"{train_shards} train shard(s) for {min_train_shards} workers: each worker needs "
             f"its own file (reshard with --min-shards {min_train_shards})"
+        )
+    train_records = splits.get("train", {}).get("num_records", 0)
+    if train_records < min_train_records:
+        problems.append(
+            f"{train_records} train records, fewer than one global batch "
+            f"({min_train_records}): lower per_replica_batch_size or add images"
         )
     compression = metadata.get("compression", DEFAULT_COMPRESSION)
     for split_name, split in splits.items():

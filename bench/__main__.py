@@ -46,7 +46,13 @@ def main(argv: list[str] | None = None) -> int:
             sharding.run(args.work, sizes=sizes, repeats=repeats, results_dir=args.results)
         elif name == "training":
             training.run(
-                args.work, images=n, repeats=repeats, steps=steps, results_dir=args.results
+                args.work,
+                images=n,
+                repeats=repeats,
+                steps=steps,
+                # The smoke set's train split must hold one batch of the large-batch runs.
+                batch_per_worker=8 if args.smoke else 32,
+                results_dir=args.results,
             )
         else:
             orchestration.run(

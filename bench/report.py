@@ -77,6 +77,16 @@ def rows(results: dict) -> list[tuple[str, str, str]]:
             ("training, 2 vs 1 workers, one core each (images/s)",
              f"{_rate(ips['2_workers'])} vs {_rate(ips['1_worker'])}",
              f"ratio_2_vs_1_workers {r['ratio_2_vs_1_workers']:.2f} (2.0 = linear)"),
+        ]  # fmt: skip
+        if "ratio_2_vs_1_workers_large_batch" in r:
+            out.append(
+                (f"same, per-worker batch {r['large_batch_per_worker']} instead of "
+                 f"{r['params']['batch_per_worker']}",
+                 f"{_rate(ips['2_workers_large_batch'])} vs {_rate(ips['1_worker_large_batch'])}",
+                 f"ratio_2_vs_1_workers_large_batch "
+                 f"{r['ratio_2_vs_1_workers_large_batch']:.2f}")
+            )  # fmt: skip
+        out += [
             ("training on shards vs synthetic in-memory input",
              f"{_rate(ips['1_worker'])} vs {_rate(ips['1_worker_synthetic'])}",
              f"input_bound_share {r['input_bound_share']:.2f}"),

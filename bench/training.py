@@ -19,11 +19,15 @@ from pathlib import Path
 
 from bench import common
 
-RUNS = {  # name: (workers, synthetic input)
-    "1_worker": (1, False),
-    "2_workers": (2, False),
-    "1_worker_synthetic": (1, True),
-    "2_workers_synthetic": (2, True),
+RUNS = {  # name: (workers, synthetic input, per-replica batch multiple)
+    "1_worker": (1, False, 1),
+    "2_workers": (2, False, 1),
+    "1_worker_synthetic": (1, True, 1),
+    "2_workers_synthetic": (2, True, 1),
+    # The same pair at a 4x larger per-replica batch (over a quarter of the steps, so the
+    # same images): more compute per all-reduce, as a bigger model or batch on a cluster.
+    "1_worker_large_batch": (1, False, 4),
+    "2_workers_large_batch": (2, False, 4),
 }
 
 
@@ -35,7 +39,7 @@ def train_once(
         sys.executable, "-m", "training.launch", "--num-workers", str(workers), "--pin-cores",
         "--data", str(shards), "--output", str(out), "--epochs", "2",
         "--steps-per-epoch", str(steps), "--checkpoint-every", str(10 * steps),
-        "--global-batch-size", str(batch_per_worker * workers),
+        "--per-replica-batch-size", str(batch_per_worker),
         # No cache: every step pays for decoding, as in the runs this table started from
         # (the trainer's default, --cache auto, would cache these small shards in memory).
         "--cache=",
@@ -61,20 +65,21 @@ def run(
     shards = common.sharded(work, common.sample_images(work, images))
     rates = {
         name: common.repeat(
-            lambda w=workers, s=synthetic: train_once(
+            lambda w=workers, s=synthetic, m=multiple: train_once(
                 shards,
                 work / "train-run",
                 workers=w,
                 synthetic=s,
-                steps=steps,
-                batch_per_worker=batch_per_worker,
+                steps=max(1, steps // m),
+                batch_per_worker=batch_per_worker * m,
             ),
             repeats,
         )
-        for name, (workers, synthetic) in RUNS.items()
+        for name, (workers, synthetic, multiple) in RUNS.items()
     }
     steps_per_second = {
-        name: rates[name]["median"] / (batch_per_worker * RUNS[name][0]) for name in RUNS
+        name: rates[name]["median"] / (batch_per_worker * multiple * workers)
+        for name, (workers, _, multiple) in RUNS.items()
     }
     real_vs_synthetic = common.ratio(rates["1_worker"], rates["1_worker_synthetic"])
     result = {
@@ -91,6 +96,10 @@ def run(
         "steps_per_second": steps_per_second,
         # 2 pinned workers vs 1: 2.0 would be perfect scaling; below it is the collectives.
         "ratio_2_vs_1_workers": common.ratio(rates["2_workers"], rates["1_worker"]),
+        "large_batch_per_worker": 4 * batch_per_worker,
+        "ratio_2_vs_1_workers_large_batch": common.ratio(
+            rates["2_workers_large_batch"], rates["1_worker_large_batch"]
+        ),
         "ratio_real_vs_synthetic_input": real_vs_synthetic,
         "input_bound_share": 1.0 - real_vs_synthetic,
         "step_time_breakdown_ms": step_breakdown(steps_per_second),

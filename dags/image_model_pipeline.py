@@ -107,6 +107,7 @@ def image_model_pipeline():
                 _paths(params, context["run_id"]).shards,
                 max_error_fraction=params["max_error_fraction"],
                 min_train_shards=params["num_workers"],
+                min_train_records=params["num_workers"] * params["per_replica_batch_size"],
                 verify_records=False,  # metadata and sizes; the job hashed what it wrote
             )
         except ShardValidationError as err:

@@ -26,7 +26,7 @@ STAGE_PARAMS: dict[str, tuple[type, str]] = {
     "architecture": (TrainConfig, "architecture"),
     "image_size": (TrainConfig, "image_size"),
     "epochs": (TrainConfig, "epochs"),
-    "global_batch_size": (TrainConfig, "global_batch_size"),
+    "per_replica_batch_size": (TrainConfig, "per_replica_batch_size"),
     "learning_rate": (TrainConfig, "learning_rate"),
     "num_workers": (LaunchConfig, "num_workers"),
 }
@@ -63,7 +63,7 @@ def dag_params(*, input_uri: str, output_root: str, model_root: str) -> dict[str
         "architecture": stage("architecture"),
         "image_size": stage("image_size"),
         "epochs": stage("epochs"),
-        "global_batch_size": stage("global_batch_size"),
+        "per_replica_batch_size": stage("per_replica_batch_size"),
         "learning_rate": stage("learning_rate"),
         "num_workers": stage("num_workers"),
         "training_launcher": {
@@ -133,12 +133,6 @@ def dag_params(*, input_uri: str, output_root: str, model_root: str) -> dict[str
 
 def check_run(params: Mapping[str, Any]) -> None:
     """Rules between parameters of different stages; ConfigError with one line."""
-    workers, batch = params["num_workers"], params["global_batch_size"]
-    if batch % workers:
-        raise ConfigError(
-            f"global_batch_size {batch} is not divisible by num_workers {workers}: "
-            f"use a multiple of {workers}"
-        )
     max_side, image_size = params.get("max_side", 0), params["image_size"]
     if max_side and max_side < image_size:
         raise ConfigError(

@@ -10,17 +10,32 @@ from stageconfig import ConfigError, param
 
 __all__ = [
     "ARCHITECTURES",
+    "REFERENCE_BATCH",
+    "WARMUP_SHARE",
     "ConfigError",
     "LaunchConfig",
     "TrainConfig",
     "add_arguments",
     "config_from_args",
+    "scaled_learning_rate",
 ]
 
 
 # The model code (training/model.py) imports TensorFlow; the names live here so the
 # DAG can offer them at parse time.
 ARCHITECTURES = ("small_cnn", "mobilenet_v3_small", "resnet50")
+
+# The global batch --learning-rate is given for; the recipe was tuned at it.
+REFERENCE_BATCH = 32
+# Share of the run's steps over which the learning rate rises linearly to its peak.
+WARMUP_SHARE = 0.05
+
+
+def scaled_learning_rate(learning_rate: float, global_batch: int) -> float:
+    """The square-root scaling rule for Adam (Malladi et al., NeurIPS 2022): the gradient
+    noise shrinks with the square root of the batch, so a linear rule, right for SGD,
+    would overshoot when many workers make the global batch large."""
+    return learning_rate * (global_batch / REFERENCE_BATCH) ** 0.5
 
 
 @dataclass(frozen=True)
@@ -40,11 +55,13 @@ class TrainConfig:
         64, minimum=16, maximum=1024, help="Square model input size in pixels", section="Model"
     )
     epochs: int = param(30, minimum=1, maximum=10000, help="Training epochs", section="Training")
-    global_batch_size: int = param(
+    per_replica_batch_size: int = param(
         32,
         minimum=1,
         maximum=65536,
-        help="Batch size over all replicas; must divide by the number of replicas",
+        help="Images per replica per step (a replica is a worker on CPU, a GPU on GPUs). The "
+        "global batch is this times the replicas, so each worker's share of a step stays the "
+        "same as workers are added",
         section="Training",
     )
     learning_rate: float = param(
@@ -52,7 +69,9 @@ class TrainConfig:
         minimum=0,
         exclusive_minimum=True,
         maximum=1,
-        help="Peak Adam learning rate, cosine-decayed to 0 over the run",
+        help=f"Peak Adam learning rate for a global batch of {REFERENCE_BATCH}; other global "
+        "batches scale it by the square root of the ratio. Warmed up over the first 5% of "
+        "the steps, then cosine-decayed to 0",
         section="Training",
     )
     checkpoint_every: int = param(

@@ -32,7 +32,7 @@ import tensorflow as tf
 
 from training import config as train_config
 from training import diagnosis
-from training.config import ConfigError, TrainConfig
+from training.config import WARMUP_SHARE, ConfigError, TrainConfig, scaled_learning_rate
 from training.data import InputOptions, build_dataset, cache_choice, synthetic_dataset
 from training.distribute import ClusterInfo, cluster_from_env, make_strategy
 from training.export import export_serving_model
@@ -99,20 +99,17 @@ class Trainer:
         self.cluster = cluster
         self.strategy = strategy
         self.shards = shard_set
-        replicas = strategy.num_replicas_in_sync
-        if config.global_batch_size % replicas:
-            raise ConfigError(
-                f"--global-batch-size {config.global_batch_size} is not divisible by the "
-                f"{replicas} replicas in sync"
-            )
+        self.global_batch_size = config.per_replica_batch_size * strategy.num_replicas_in_sync
         train_records = shard_set.num_records("train")
-        if train_records < config.global_batch_size:
+        if train_records < self.global_batch_size:
             raise ShardError(
                 f"the train split has {train_records} records, fewer than one global batch "
-                f"({config.global_batch_size})"
+                f"({self.global_batch_size} = --per-replica-batch-size "
+                f"{config.per_replica_batch_size} x {strategy.num_replicas_in_sync} replicas)"
             )
-        self.steps_per_epoch = config.steps_per_epoch or train_records // config.global_batch_size
+        self.steps_per_epoch = config.steps_per_epoch or train_records // self.global_batch_size
         self.total_steps = self.steps_per_epoch * config.epochs
+        self.learning_rate = scaled_learning_rate(config.learning_rate, self.global_batch_size)
         self.input_options = InputOptions(
             image_size=config.image_size,
             shuffle_buffer=config.shuffle_buffer,
@@ -132,13 +129,13 @@ class Trainer:
         def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
             if training and self.config.synthetic_input:
                 return synthetic_dataset(
-                    context.get_per_replica_batch_size(self.config.global_batch_size),
+                    self.config.per_replica_batch_size,
                     self.config.image_size,
                     self.shards.num_classes,
                 )
             return build_dataset(
                 files,
-                batch_size=context.get_per_replica_batch_size(self.config.global_batch_size),
+                batch_size=self.config.per_replica_batch_size,
                 training=training,
                 compression_type=self.shards.compression_type,
                 options=self.input_options,
@@ -161,9 +158,14 @@ class Trainer:
             self.model = build_model(
                 self.config.architecture, self.config.image_size, self.shards.num_classes
             )
-            # Cosine decay to zero over the run: a stable end point to evaluate and export.
+            # A short linear warm-up (a large global batch starts at a large rate), then
+            # cosine decay to zero over the run: a stable end point to evaluate and export.
+            warmup = int(WARMUP_SHARE * self.total_steps)
             schedule = keras.optimizers.schedules.CosineDecay(
-                self.config.learning_rate, decay_steps=self.total_steps
+                0.0 if warmup else self.learning_rate,
+                decay_steps=self.total_steps - warmup,
+                warmup_target=self.learning_rate if warmup else None,
+                warmup_steps=warmup,
             )
             optimizer = keras.optimizers.Adam(schedule)
             if keras.mixed_precision.global_policy().name == "mixed_float16":
@@ -191,7 +193,7 @@ class Trainer:
 
     def _train_steps_fn(self):
         strategy, model, optimizer = self.strategy, self.model, self.optimizer
-        global_batch = self.config.global_batch_size
+        global_batch = self.global_batch_size
         scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
 
         def replica_step(images, labels):
@@ -242,7 +244,7 @@ class Trainer:
         all-reduce on an in-memory batch. No optimizer update, and the layers' state
         (BatchNorm statistics, dropout seeds) is restored after: the model is untouched.
         Every worker calls it at the same point of the run (it runs collectives)."""
-        strategy, model, global_batch = self.strategy, self.model, self.config.global_batch_size
+        strategy, model, global_batch = self.strategy, self.model, self.global_batch_size
         state = [v.numpy() for v in model.non_trainable_variables]
 
         def replica_probe(images, labels):
@@ -262,7 +264,7 @@ class Trainer:
         iterator = iter(
             strategy.distribute_datasets_from_function(
                 lambda context: synthetic_dataset(
-                    context.get_per_replica_batch_size(global_batch),
+                    self.config.per_replica_batch_size,
                     self.config.image_size,
                     self.shards.num_classes,
                 )
@@ -291,7 +293,7 @@ class Trainer:
                 "compute_step_ms": 1000 * self._compute_step_seconds,
                 "decode_ceiling_images_per_second_per_worker": ceiling,
             }
-        steps = metrics.images_per_second * metrics.seconds / self.config.global_batch_size
+        steps = metrics.images_per_second * metrics.seconds / self.global_batch_size
         share = diagnosis.input_wait_share(metrics.seconds / steps, self._compute_step_seconds)
         # The first epoch of a process also pays for tracing and warming up (and fills the
         # cache): its share would mostly measure that, so it is left out.
@@ -391,10 +393,10 @@ class Trainer:
                 epoch=epoch,
                 step=step,
                 train_loss=loss_sum / steps_done,
-                train_accuracy=correct_sum / (steps_done * self.config.global_batch_size),
+                train_accuracy=correct_sum / (steps_done * self.global_batch_size),
                 val_loss=evaluation[0] if evaluation else None,
                 val_accuracy=evaluation[1] if evaluation else None,
-                images_per_second=steps_done * self.config.global_batch_size / seconds,
+                images_per_second=steps_done * self.global_batch_size / seconds,
                 seconds=seconds,
             )
             self._diagnose(metrics, first_in_process)
@@ -421,6 +423,8 @@ class Trainer:
             **self.config.to_json(),
             "num_workers": self.cluster.num_workers,
             "replicas": self.strategy.num_replicas_in_sync,
+            "global_batch_size": self.global_batch_size,
+            "scaled_learning_rate": self.learning_rate,
             "steps_per_epoch": self.steps_per_epoch,
             "total_steps": self.total_steps,
         }
@@ -542,7 +546,7 @@ def main(argv: list[str] | None = None) -> int:
         trainer.total_steps,
         config.epochs,
         trainer.steps_per_epoch,
-        config.global_batch_size,
+        trainer.global_batch_size,
         config.architecture,
         shard_set.num_classes,
     )

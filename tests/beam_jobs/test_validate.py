@@ -47,6 +47,13 @@ def test_every_problem_is_listed_at_once(shards_copy):
     assert "2 train shard(s) for 4 workers" in text
 
 
+def test_a_train_split_smaller_than_one_global_batch_fails_before_training(trainable_shards):
+    train = validate_shards(trainable_shards, max_error_fraction=0.05)["records_per_split"]["train"]
+    validate_shards(trainable_shards, max_error_fraction=0.05, min_train_records=train)
+    with pytest.raises(ShardValidationError, match=rf"{train} train records, fewer than one "):
+        validate_shards(trainable_shards, max_error_fraction=0.05, min_train_records=train + 1)
+
+
 def test_error_fraction_over_the_limit_fails(shards_copy):
     metadata = json.loads((shards_copy / "metadata.json").read_text())
     metadata["error_fraction"] = 0.2

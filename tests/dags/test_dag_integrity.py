@@ -65,7 +65,7 @@ def test_params_have_defaults_descriptions_and_reject_bad_values(parsed):
         "architecture",
         "image_size",
         "epochs",
-        "global_batch_size",
+        "per_replica_batch_size",
         "num_workers",
         "learning_rate",
         "max_error_fraction",

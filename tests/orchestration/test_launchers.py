@@ -10,7 +10,7 @@ JOB = TrainingJob(
     data="gs://bucket/shards",
     output="gs://bucket/runs/r1/train",
     num_workers=3,
-    train_flags={"epochs": 4, "global_batch_size": 96, "mixed_precision": True},
+    train_flags={"epochs": 4, "per_replica_batch_size": 48, "mixed_precision": True},
 )
 
 
@@ -22,9 +22,9 @@ def test_train_args_are_the_cli_flags():
         "gs://bucket/runs/r1/train",
         "--epochs",
         "4",
-        "--global-batch-size",
-        "96",
         "--mixed-precision",
+        "--per-replica-batch-size",
+        "48",
     ]
 
 

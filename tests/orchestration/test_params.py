@@ -41,7 +41,6 @@ def test_the_default_run_passes_its_own_checks_and_builds_valid_stage_configs():
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"global_batch_size": 33, "num_workers": 2}, "not divisible by num_workers 2"),
         ({"max_side": 32, "image_size": 64}, "max_side 32 is below image_size 64"),
     ],
 )

@@ -26,7 +26,7 @@ def test_train_and_evaluate_from_shards_on_a_non_local_filesystem(trainable_shar
     assert ShardSet.open(shards).files("train")[0].startswith("ram://bucket/shards/train-")
 
     code = train.main(
-        ["--data", shards, "--output", output, "--epochs", "1", "--global-batch-size", "32"]
+        ["--data", shards, "--output", output, "--epochs", "1", "--per-replica-batch-size", "32"]
     )
     assert code == 0
     with tf.io.gfile.GFile(posixpath.join(output, "metrics.json")) as handle:

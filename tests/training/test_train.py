@@ -17,10 +17,10 @@ import tensorflow as tf
 
 from beam_jobs import sample_data
 from training import train
-from training.config import ConfigError, TrainConfig
+from training.config import TrainConfig
 from training.distribute import ClusterInfo
 from training.export import EXTRA_DIR, LABELS_FILE
-from training.shards import ShardSet
+from training.shards import ShardError, ShardSet
 
 # Chance is 1/4. With 16 epochs (~180 steps) runs of this configuration reach 0.7-0.9; the
 # order of the data differs run to run (2-worker scheduling), and a 10-epoch run was once
@@ -187,15 +187,32 @@ def test_killed_worker_then_rerun_resumes_from_checkpoint(trainable_shards, tmp_
     assert (output / "model" / "saved_model.pb").exists()
 
 
-def test_batch_not_divisible_by_replicas_is_a_clear_error(trainable_shards, tmp_path):
-    config = TrainConfig(data=trainable_shards, output=str(tmp_path), global_batch_size=33)
-    with pytest.raises(ConfigError, match="not divisible by the 2 replicas"):
-        train.Trainer(
-            config,
-            ClusterInfo("worker", 0, 2),
-            SimpleNamespace(num_replicas_in_sync=2),
-            ShardSet.open(trainable_shards),
-        )
+def _trainer(shards: str, output: str, replicas: int, **config) -> train.Trainer:
+    return train.Trainer(
+        TrainConfig(data=shards, output=output, **config),
+        ClusterInfo("worker", 0, replicas),
+        SimpleNamespace(num_replicas_in_sync=replicas),
+        ShardSet.open(shards),
+    )
+
+
+@pytest.mark.parametrize("replicas", [1, 2, 8])
+def test_each_replica_keeps_its_batch_and_the_learning_rate_follows_the_global_one(
+    trainable_shards, tmp_path, replicas
+):
+    trainer = _trainer(
+        trainable_shards, str(tmp_path), replicas, per_replica_batch_size=4, learning_rate=1e-3
+    )
+    assert trainer.global_batch_size == 4 * replicas
+    # Square-root rule from the reference batch (32): 4 replicas' worth of 8 keeps the rate.
+    assert trainer.learning_rate == pytest.approx(1e-3 * (4 * replicas / 32) ** 0.5)
+    records = ShardSet.open(trainable_shards).num_records("train")
+    assert trainer.steps_per_epoch == records // (4 * replicas)
+
+
+def test_a_global_batch_larger_than_the_train_split_is_a_clear_error(trainable_shards, tmp_path):
+    with pytest.raises(ShardError, match=r"fewer than one global batch \(20000 = .* x 2 "):
+        _trainer(trainable_shards, str(tmp_path), 2, per_replica_batch_size=10000)
 
 
 def test_unusable_shards_exit_2_without_traceback(tmp_path, capsys):
@@ -227,7 +244,7 @@ def test_steps_per_call_keeps_checkpoints_on_their_exact_steps(trainable_shards,
     proc = subprocess.run(
         [sys.executable, "-m", "training.train", "--data", trainable_shards, "--output",
          str(output), "--epochs", "2", "--steps-per-epoch", "7", "--checkpoint-every", "3",
-         "--steps-per-call", "5", "--global-batch-size", "8"],
+         "--steps-per-call", "5", "--per-replica-batch-size", "8"],
         capture_output=True, text=True, timeout=600,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
     )  # fmt: skip
