@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from training.processes import die_with_parent
-from training.worker_env import worker_env_list
+from training.worker_env import PREEMPTED_EXIT_CODE, worker_env_list
 
 log = logging.getLogger(__name__)
 
@@ -106,9 +106,13 @@ def render_kubernetes(
     """Manifests for N workers: a headless Service and one single-pod Job per worker.
 
     Each pod gets `hostname`/`subdomain` so `<name>-worker-<i>.<name>` resolves,
-    and a literal `TF_CONFIG`. Jobs restart failed pods (`backoffLimit`); a
-    restarted worker resumes from the shared checkpoints under `job.output`,
-    which must be storage every pod sees (gs:// or a shared volume).
+    and a literal `TF_CONFIG`. Jobs replace failed pods (`backoffLimit`); a
+    replacement resumes from the shared checkpoints under `job.output`, which
+    must be storage every pod sees (gs:// or a shared volume). A preempted
+    pod (evicted, its node drained or reclaimed: the `DisruptionTarget`
+    condition) or one that exits PREEMPTED_EXIT_CODE (every worker saved on
+    SIGTERM) is replaced without counting against `backoffLimit`
+    (`podFailurePolicy`, which needs `restartPolicy: Never`).
     """
     base = _dns_name(name)
     hosts = [f"{base}-worker-{i}.{base}.{namespace}.svc:{TF_PORT}" for i in range(job.num_workers)]
@@ -134,7 +138,9 @@ def render_kubernetes(
         pod_spec: dict = {
             "hostname": f"{base}-worker-{index}",
             "subdomain": base,
-            "restartPolicy": "OnFailure",
+            "restartPolicy": "Never",
+            # SIGTERM -> finish the current call into the graph, save, exit.
+            "terminationGracePeriodSeconds": 120,
             "containers": [
                 {
                     "name": "trainer",
@@ -163,6 +169,22 @@ def render_kubernetes(
                 },
                 "spec": {
                     "backoffLimit": backoff_limit,
+                    "podFailurePolicy": {
+                        "rules": [
+                            {
+                                "action": "Ignore",
+                                "onExitCodes": {
+                                    "containerName": "trainer",
+                                    "operator": "In",
+                                    "values": [PREEMPTED_EXIT_CODE],
+                                },
+                            },
+                            {
+                                "action": "Ignore",
+                                "onPodConditions": [{"type": "DisruptionTarget"}],
+                            },
+                        ]
+                    },
                     "template": {
                         "metadata": {"labels": {**labels, "imagepipe/worker": str(index)}},
                         "spec": pod_spec,

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass
 
 import stageconfig
 from stageconfig import ConfigError, param
+from training.worker_env import PREEMPTED_EXIT_CODE
 
 __all__ = [
     "ARCHITECTURES",
@@ -157,6 +158,14 @@ class LaunchConfig:
         minimum=1,
         maximum=64,
         help="Training workers (MultiWorkerMirroredStrategy), one process or pod each",
+        section="Training",
+    )
+    max_restarts: int = param(
+        3,
+        minimum=0,
+        maximum=100,
+        help=f"Times all workers are started again after a preemption (a worker got SIGTERM; "
+        f"every worker saved a checkpoint at the same step and exited {PREEMPTED_EXIT_CODE})",
         section="Training",
     )
     pin_cores: bool = param(

@@ -60,10 +60,13 @@ def shard_files(files: list[str], num_pipelines: int, pipeline_id: int) -> tuple
     return list(files), True
 
 
-def _options(deterministic: bool) -> tf.data.Options:
+def _options() -> tf.data.Options:
     options = tf.data.Options()
     options.autotune.enabled = True
-    options.deterministic = deterministic
+    # The order is a pure function of (seed, worker): a resumed run skips to its step and
+    # sees what an uninterrupted run would have (parallel work still runs in parallel;
+    # only its outputs keep their order).
+    options.deterministic = True
     # 0: a pool of its own, sized to the cores at run time, so input threads do not queue
     # behind the training step's ops (None would mean TF's shared default pool).
     options.threading.private_threadpool_size = 0
@@ -165,6 +168,7 @@ def build_dataset(
     num_pipelines: int = 1,
     pipeline_id: int = 0,
     num_records: int | None = None,
+    skip_batches: int = 0,
 ) -> tf.data.Dataset:
     """(images float32 [B, S, S, 3] in [0, 1], labels int32 [B]) batches for one worker.
 
@@ -173,7 +177,10 @@ def build_dataset(
     partial batch, so every worker runs the same number of steps; evaluation
     datasets are finite, in order, and keep every record exactly once across
     all pipelines. `num_records`: how many records this pipeline reads (for
-    `cache="auto"`; unknown means no cache).
+    `cache="auto"`; unknown means no cache). `skip_batches`: where a resumed run
+    starts; the training order depends only on the seed and the files, so the
+    batches that follow are exactly those an uninterrupted run would have read
+    next (skipped before decoding where nothing is cached).
     """
     if not files:
         raise ShardError("no shard files to read")
@@ -189,7 +196,7 @@ def build_dataset(
         lambda path: tf.data.TFRecordDataset(path, compression_type=compression_type),
         cycle_length=max(1, min(options.cycle_length, len(own_files))),
         num_parallel_calls=AUTOTUNE,
-        deterministic=not training,
+        deterministic=True,
     )
     if shard_records:
         ds = ds.shard(num_pipelines, pipeline_id)
@@ -200,17 +207,17 @@ def build_dataset(
         # per-element work is one op instead of three (bench/: 1.14x the per-record order).
         ds = ds.repeat()
         ds = ds.shuffle(options.shuffle_buffer, seed=options.seed, reshuffle_each_iteration=True)
-        ds = ds.batch(batch_size, drop_remainder=True)
+        ds = ds.batch(batch_size, drop_remainder=True).skip(skip_batches)
         ds = ds.map(
             lambda records: _prepare_batch(records, options),
             num_parallel_calls=AUTOTUNE,
-            deterministic=False,
+            deterministic=True,
         )
-        return ds.prefetch(AUTOTUNE).with_options(_options(deterministic=False))
+        return ds.prefetch(AUTOTUNE).with_options(_options())
     ds = ds.map(
         lambda record: _decode(record, options.image_size),
         num_parallel_calls=AUTOTUNE,
-        deterministic=not training,
+        deterministic=True,
     )
     if cache:
         # After decode+resize, before augmentation: epochs after the first skip decoding.
@@ -219,14 +226,16 @@ def build_dataset(
         ds = ds.repeat()
         ds = ds.shuffle(options.shuffle_buffer, seed=options.seed, reshuffle_each_iteration=True)
     ds = ds.batch(batch_size, drop_remainder=training, num_parallel_calls=AUTOTUNE)
+    if training:
+        ds = ds.skip(skip_batches)
     if training and options.augment:
         ds = ds.map(
             lambda images, labels: _augment_batch(images, labels, options.image_size),
             num_parallel_calls=AUTOTUNE,
-            deterministic=False,
+            deterministic=True,
         )
     ds = ds.prefetch(AUTOTUNE)
-    return ds.with_options(_options(deterministic=not training))
+    return ds.with_options(_options())
 
 
 def synthetic_dataset(batch_size: int, image_size: int, num_classes: int) -> tf.data.Dataset:

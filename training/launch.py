@@ -7,6 +7,8 @@ localhost port. Their output is streamed with a `[worker i]` prefix. When one
 worker fails, the others are stopped (they would otherwise wait forever in a
 collective) and the launcher exits with the failing worker's code and its last
 lines of output. Rerunning the same command resumes from the last checkpoint.
+Workers that exit with PREEMPTED_EXIT_CODE (all saved a checkpoint at the same step
+after one got SIGTERM) are restarted, all of them, up to --max-restarts times.
 """
 
 from __future__ import annotations
@@ -27,10 +29,12 @@ import stageconfig
 from stageconfig import ConfigError
 from training.config import LaunchConfig
 from training.processes import die_with_parent
-from training.worker_env import WORKER_ENV
+from training.worker_env import PREEMPTED_EXIT_CODE, WORKER_ENV
 
 TAIL_LINES = 40
 STOP_GRACE_SECONDS = 10.0
+# How long the others may take to save and exit once one worker exited preempted.
+PREEMPTED_GRACE_SECONDS = 120.0
 
 
 class PinningError(ValueError):
@@ -93,16 +97,44 @@ def launch(
     python: str = sys.executable,
     sink=sys.stdout,
     pin_cores: bool = False,
+    max_restarts: int = 3,
 ) -> int:
     """Run the workers; with `pin_cores`, worker i runs on core i only (as `taskset -c i`).
 
     Pinning is for measurement: it shows what the collectives cost when each
     worker has a core of its own, rather than N workers fighting over the
-    same cores.
+    same cores. A preempted attempt (every worker saved and exited
+    PREEMPTED_EXIT_CODE) is followed by a new one with all workers, which
+    resume from that checkpoint.
     """
     cores = sorted(os.sched_getaffinity(0))
     if pin_cores and num_workers > len(cores):
         raise PinningError(f"--pin-cores: cannot pin {num_workers} workers to {len(cores)} cores")
+    for restart in range(max_restarts + 1):
+        if restart:
+            sink.write(
+                f"[launch] restarting all {num_workers} workers (restart {restart} of "
+                f"{max_restarts}): they saved a checkpoint and exited {PREEMPTED_EXIT_CODE}\n"
+            )
+            sink.flush()
+        code = _attempt(num_workers, train_args, python=python, sink=sink, cores=cores,
+                        pin_cores=pin_cores)  # fmt: skip
+        if code != PREEMPTED_EXIT_CODE:
+            return code
+    print(f"[launch] preempted {max_restarts + 1} times; giving up", file=sys.stderr)
+    return code
+
+
+def _attempt(
+    num_workers: int,
+    train_args: list[str],
+    *,
+    python: str,
+    sink,
+    cores: list[int],
+    pin_cores: bool,
+) -> int:
+    """One start of all the workers, until they all finish or one fails."""
     ports = free_ports(num_workers)
     lock = threading.Lock()
     workers: list[Worker] = []
@@ -141,6 +173,19 @@ def launch(
         while True:
             codes = [w.process.poll() for w in workers]
             failed = [w for w, code in zip(workers, codes, strict=True) if code not in (None, 0)]
+            if failed and failed[0].process.returncode == PREEMPTED_EXIT_CODE:
+                # The others agreed on the same step and are saving: let them finish.
+                deadline = time.monotonic() + PREEMPTED_GRACE_SECONDS
+                while time.monotonic() < deadline and any(
+                    w.process.poll() is None for w in workers
+                ):
+                    time.sleep(0.2)
+                failed = [w for w in workers if w.process.poll() != 0]
+                failed.sort(key=lambda w: w.process.returncode == PREEMPTED_EXIT_CODE)
+                if all(w.process.returncode == PREEMPTED_EXIT_CODE for w in failed):
+                    for w in workers:
+                        w.reader.join(timeout=5)
+                    return PREEMPTED_EXIT_CODE
             if failed:
                 first = failed[0]
                 _stop(workers)
@@ -184,7 +229,12 @@ def main(argv: list[str] | None = None) -> int:
     if not train_args:
         parser.error("no training flags given (at least --data and --output)")
     try:
-        return launch(config.num_workers, train_args, pin_cores=config.pin_cores)
+        return launch(
+            config.num_workers,
+            train_args,
+            pin_cores=config.pin_cores,
+            max_restarts=config.max_restarts,
+        )
     except PinningError as err:  # raised before any worker starts
         parser.error(str(err))
 

@@ -23,6 +23,7 @@ import hashlib
 import json
 import logging
 import posixpath
+import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ from training.distribute import ClusterInfo, cluster_from_env, make_strategy
 from training.export import export_serving_model
 from training.model import build_model
 from training.shards import ShardError, ShardSet
+from training.worker_env import PREEMPTED_EXIT_CODE
 
 log = logging.getLogger("training.train")
 
@@ -87,6 +89,14 @@ def write_dir(cluster: ClusterInfo, output: str, name: str) -> str:
     return posixpath.join(output, WORKER_TMP, cluster.name, name)
 
 
+class Preempted(Exception):
+    """Every worker saved a checkpoint at this step after one of them was told to stop."""
+
+    def __init__(self, step: int):
+        super().__init__(f"preempted at step {step}")
+        self.step = step
+
+
 class Trainer:
     def __init__(
         self,
@@ -119,11 +129,14 @@ class Trainer:
             seed=config.seed,
         )
         self.resumed_from_step = 0
+        self.stop_requested = False  # set from the SIGTERM handler
         self.diagnosis: dict = {}
         self._compute_step_seconds: float | None = None
 
     # ---- data -----------------------------------------------------------------------
-    def _distributed(self, split: str, training: bool):
+    def _distributed(self, split: str, training: bool, start_step: int = 0):
+        """The split as the strategy's per-replica batches; training input begins at the
+        batch an uninterrupted run would read at `start_step`."""
         files = self.shards.files(split)
 
         def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
@@ -142,6 +155,10 @@ class Trainer:
                 num_pipelines=context.num_input_pipelines,
                 pipeline_id=context.input_pipeline_id,
                 num_records=-(-self.shards.num_records(split) // context.num_input_pipelines),
+                # Each step takes one batch per replica this pipeline feeds.
+                skip_batches=start_step
+                * context.num_replicas_in_sync
+                // context.num_input_pipelines,
             )
 
         return self.strategy.distribute_datasets_from_function(dataset_fn)
@@ -219,6 +236,26 @@ class Trainer:
                 self.step.assign_add(1)
 
         return train_steps
+
+    def _stop_agreement_fn(self):
+        """Whether any worker was told to stop: one scalar all-reduce, called between
+        calls into the training graph (so every `steps_per_call` steps), so all workers
+        stop at the same step; a worker stopping alone would hang the others'
+        collectives. TF's PreemptionCheckpointHandler does this through the coordination
+        service but does nothing on CPU machines on GCP, where our CPU workers run."""
+        strategy = self.strategy
+        if not self.cluster.multi_worker:
+            return lambda flag: flag
+
+        @tf.function
+        def agree(flag):
+            per_replica = strategy.run(tf.identity, args=(flag,))
+            return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+        return agree
+
+    def request_stop(self) -> None:
+        self.stop_requested = True
 
     def _eval_step_fn(self):
         strategy, model = self.strategy, self.model
@@ -360,6 +397,7 @@ class Trainer:
             else tf.summary.create_noop_writer()
         )
         train_steps = self._train_steps_fn()
+        agree_to_stop = self._stop_agreement_fn()
         step = int(self.step.numpy())
         if step >= self.total_steps:
             log.info(
@@ -369,7 +407,16 @@ class Trainer:
                 self.total_steps,
             )
         else:
-            iterator = iter(self._distributed("train", training=True))
+            if step:
+                log.info(
+                    "%s: input resumes at step %d (step %d of epoch %d), where the "
+                    "checkpoint left it",
+                    self.cluster.name,
+                    step,
+                    step % self.steps_per_epoch,
+                    step // self.steps_per_epoch + 1,
+                )
+            iterator = iter(self._distributed("train", training=True, start_step=step))
         first_in_process = True
         while step < self.total_steps:
             epoch = step // self.steps_per_epoch + 1
@@ -384,8 +431,20 @@ class Trainer:
                 train_steps(iterator, tf.constant(count, tf.int32))
                 step += count
                 steps_done += count
-                if step % every == 0 and step < epoch_end:
+                saved = step % every == 0 and step < epoch_end
+                if saved:
                     self.save_checkpoint()
+                if float(agree_to_stop(tf.constant(float(self.stop_requested)))) > 0:
+                    if not saved:
+                        self.save_checkpoint()
+                    log.warning(
+                        "%s: preempted: checkpoint saved at step %d; exit %d so the "
+                        "launcher restarts the workers",
+                        self.cluster.name,
+                        step,
+                        PREEMPTED_EXIT_CODE,
+                    )
+                    raise Preempted(step)
             loss_sum, correct_sum = (float(v) for v in self.train_totals.read_value().numpy())
             seconds = time.perf_counter() - started
             evaluation = self.evaluate()
@@ -550,8 +609,13 @@ def main(argv: list[str] | None = None) -> int:
         config.architecture,
         shard_set.num_classes,
     )
+    # SIGTERM (preemption, eviction, a launcher stopping us) asks for a clean stop: every
+    # worker saves at the next step boundary they agree on, then exits to be restarted.
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: trainer.request_stop())
     try:
         history = trainer.run()
+    except Preempted:
+        return PREEMPTED_EXIT_CODE
     except tf.errors.DataLossError as err:  # a record's CRC or length did not check out
         corrupt = shard_set.corrupt_files()
         named = (

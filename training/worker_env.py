@@ -15,6 +15,11 @@ from __future__ import annotations
 
 WORKER_ENV = {"TF_CPU_ALLOCATOR_USE_BFC": "true"}
 
+# A worker told to stop (SIGTERM: a spot VM reclaimed, a pod evicted) saves a checkpoint
+# at the same step as every other worker and exits with this code (EX_TEMPFAIL, "try
+# again"), which the launchers treat as "restart every worker", not as a failure.
+PREEMPTED_EXIT_CODE = 75
+
 
 def worker_env_list() -> list[dict[str, str]]:
     """As Kubernetes and Vertex AI spell an environment: [{"name": ..., "value": ...}]."""

@@ -5,6 +5,7 @@ import pytest
 
 from orchestration.launchers import TrainingJob, render_kubernetes
 from tests.dags.airflow_env import REPO
+from training.worker_env import PREEMPTED_EXIT_CODE
 
 JOB = TrainingJob(
     data="gs://bucket/shards",
@@ -55,7 +56,10 @@ def test_one_job_per_worker_behind_a_headless_service_with_its_own_tf_config(man
     for index, job in enumerate(jobs):
         pod = job["spec"]["template"]["spec"]
         assert pod["subdomain"] == name and pod["hostname"] == f"{name}-worker-{index}"
-        assert pod["restartPolicy"] == "OnFailure"
+        assert pod["restartPolicy"] == "Never"  # podFailurePolicy requires it
+        ignored = job["spec"]["podFailurePolicy"]["rules"]
+        assert {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]} in ignored
+        assert ignored[0]["onExitCodes"]["values"] == [PREEMPTED_EXIT_CODE]
         container = pod["containers"][0]
         assert container["command"] == ["python", "-m", "training.train"]
         assert container["args"] == JOB.train_args()
