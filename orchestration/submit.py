@@ -32,20 +32,78 @@ def read_training_result(train_dir: str) -> dict:
 def submit_kubernetes(
     manifests: list[dict], *, conn_id: str = "kubernetes_default", poll_seconds: float = 30.0
 ) -> None:
-    """Create the Service and worker Jobs, wait for every Job to succeed, clean up.
-
-    Uses the cncf.kubernetes provider's connection; existing objects of the same
-    name (from a previous try) are replaced, and the trainers resume from their
-    checkpoints.
-    """
+    """Run the Service and worker Jobs with the cncf.kubernetes provider's connection."""
     from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
     from kubernetes import client, utils
 
     api = KubernetesHook(conn_id=conn_id).get_conn()
-    core, batch = client.CoreV1Api(api), client.BatchV1Api(api)
+    run_kubernetes_jobs(
+        manifests,
+        core=client.CoreV1Api(api),
+        batch=client.BatchV1Api(api),
+        create=lambda manifest: utils.create_from_dict(api, manifest),
+        poll_seconds=poll_seconds,
+    )
+
+
+def _job_state(batch, manifest: dict) -> str:
+    """ "absent", "failed", "succeeded" or "running" for one worker Job."""
+    from kubernetes import client
+
+    meta = manifest["metadata"]
+    try:
+        status = batch.read_namespaced_job_status(meta["name"], meta["namespace"]).status
+    except client.ApiException as err:
+        if err.status == 404:
+            return "absent"
+        raise
+    conditions = {c.type: c.status for c in (status.conditions or [])}
+    if conditions.get("Failed") == "True":
+        return "failed"
+    if status.succeeded or conditions.get("Complete") == "True":
+        return "succeeded"
+    return "running"
+
+
+def _create_if_absent(create, manifest: dict) -> None:
+    try:
+        create(manifest)
+    except Exception as err:
+        # utils.create_from_dict wraps the API's errors in FailToCreateError.api_exceptions.
+        statuses = [getattr(e, "status", None) for e in getattr(err, "api_exceptions", [err])]
+        if not statuses or any(status != 409 for status in statuses):
+            raise
+
+
+def run_kubernetes_jobs(
+    manifests: list[dict], *, core, batch, create, poll_seconds: float = 30.0
+) -> None:
+    """Create the Service and worker Jobs, wait for every Job to succeed, clean up.
+
+    The Jobs are named after the DAG run, so a retry of the task finds what an
+    earlier try submitted: when that is still running (the Airflow worker died,
+    not the training) it waits for it instead of starting a second training
+    on the same checkpoints; when it already succeeded it returns at once; only
+    when a Job failed or is missing are they all replaced (MultiWorkerMirrored
+    workers must start together), and the new ones resume from the checkpoints.
+    """
+    from kubernetes import client
+
     jobs = [m for m in manifests if m["kind"] == "Job"]
+    names = ", ".join(m["metadata"]["name"] for m in jobs)
+    states = {_job_state(batch, m) for m in jobs}
+    if states == {"succeeded"}:
+        log.info("training jobs already succeeded in an earlier try: %s", names)
+        return
+    reattach = states <= {"running", "succeeded"}
+    if reattach:
+        log.info("reattaching to the training jobs an earlier try submitted: %s", names)
     for manifest in manifests:
         meta = manifest["metadata"]
+        if reattach:  # the running pods resolve each other through the Service: keep it
+            if manifest["kind"] != "Job":
+                _create_if_absent(create, manifest)
+            continue
         try:
             if manifest["kind"] == "Job":
                 batch.delete_namespaced_job(
@@ -57,25 +115,28 @@ def submit_kubernetes(
             if err.status != 404:
                 raise
     for manifest in manifests:
-        utils.create_from_dict(api, manifest)
+        if not reattach:
+            create(manifest)
     try:
         while True:
-            states = []
-            for manifest in jobs:
-                meta = manifest["metadata"]
-                status = batch.read_namespaced_job_status(meta["name"], meta["namespace"]).status
-                if status.failed and status.failed > manifest["spec"]["backoffLimit"]:
-                    raise RuntimeError(f"training job {meta['name']} failed")
-                states.append(bool(status.succeeded))
-            if all(states):
+            states = [_job_state(batch, manifest) for manifest in jobs]
+            for manifest, state in zip(jobs, states, strict=True):
+                if state in ("failed", "absent"):
+                    raise RuntimeError(f"training job {manifest['metadata']['name']} {state}")
+            done = states.count("succeeded")
+            if done == len(jobs):
                 return
-            log.info("training jobs: %d/%d done", sum(states), len(states))
+            log.info("training jobs: %d/%d done", done, len(jobs))
             time.sleep(poll_seconds)
     finally:
         for manifest in manifests:
             if manifest["kind"] == "Service":
                 meta = manifest["metadata"]
-                core.delete_namespaced_service(meta["name"], meta["namespace"])
+                try:
+                    core.delete_namespaced_service(meta["name"], meta["namespace"])
+                except client.ApiException as err:
+                    if err.status != 404:
+                        raise
 
 
 def submit_vertex(
@@ -86,7 +147,8 @@ def submit_vertex(
     context,
     conn_id: str = "google_cloud_default",
 ) -> dict:
-    """Run the rendered CustomJob with the Google provider's operator and wait for it.
+    """Run the rendered CustomJob and wait for it; a retry reconnects to a job an earlier
+    try submitted (orchestration/vertex_job.py).
 
     Runs inside the `train` task (same task, same retries and Param) rather
     than as a separate DAG node, so the launcher stays one parameter and
@@ -94,11 +156,9 @@ def submit_vertex(
     come from the `google_cloud_default` connection or Application Default
     Credentials; none pass through here.
     """
-    from airflow.providers.google.cloud.operators.vertex_ai.custom_job import (
-        CreateCustomJobOperator,
-    )
+    from orchestration.vertex_job import VertexTrainingJobOperator
 
-    operator = CreateCustomJobOperator(
+    operator = VertexTrainingJobOperator(
         task_id="train_vertex_custom_job",
         project_id=project,
         region=region,

@@ -35,6 +35,8 @@ def record(name):
 
 
 class FakeTaskInstance:
+    stats_tags: dict = {}
+
     def xcom_push(self, key, value):
         recorded.setdefault("xcom", {})[key] = value
 
@@ -49,7 +51,6 @@ with (
     mock.patch("airflow.providers.google.cloud.links.dataflow.DataflowJobLink.persist"),
     mock.patch.object(CustomJobHook, "create_custom_job", record("vertex_create")),
     mock.patch.object(CustomJobHook, "wait_for_custom_job", record("vertex_wait")),
-    mock.patch("airflow.providers.google.cloud.links.vertex_ai.VertexAICustomJobLink.persist"),
 ):
     task = dag.get_task("shard_images")
     task.render_template_fields(context)
@@ -62,8 +63,7 @@ with (
         job, display_name=f"imagepipe-{case['run_id']}", image=case["image"], **options
     )
     CustomJob(custom_job)  # the API's own message type rejects unknown fields and enum values
-    with mock.patch.object(CustomJob, "to_dict", lambda _: {"state": "JOB_STATE_SUCCEEDED"}):
-        submit_vertex(custom_job, project=project, region=region, context=context)
+    submit_vertex(custom_job, project=project, region=region, context=context)
     recorded["vertex_create"]["custom_job"] = custom_job
 
 print(json.dumps(recorded, default=str))

@@ -1,0 +1,121 @@
+"""A retried `train` task reattaches to the Kubernetes Jobs an earlier try submitted.
+
+The Kubernetes API is replaced by an in-memory cluster that records every call,
+the calls the provider's client would send.
+"""
+
+from types import SimpleNamespace
+
+import pytest
+from kubernetes import client
+
+from orchestration.launchers import TrainingJob, render_kubernetes
+from orchestration.submit import run_kubernetes_jobs
+
+MANIFESTS = render_kubernetes(
+    TrainingJob(data="gs://b/shards", output="gs://b/runs/r1/train", num_workers=2),
+    name="imagepipe-r1",
+    image="trainer:1",
+)
+JOBS = [m["metadata"]["name"] for m in MANIFESTS if m["kind"] == "Job"]
+
+
+class FakeCluster:
+    """Jobs whose state advances one step per status poll: running until `polls_left` is 0."""
+
+    def __init__(self, jobs: dict[str, str], polls_to_finish: int = 2):
+        self.jobs = dict(jobs)  # name -> running | succeeded | failed
+        self.services: set[str] = set()
+        self.calls: list[tuple[str, str]] = []
+        self.polls_left = {name: polls_to_finish for name in jobs}
+
+    # BatchV1Api
+    def read_namespaced_job_status(self, name, namespace):
+        if name not in self.jobs:
+            raise client.ApiException(status=404)
+        state = self.jobs[name]
+        if state == "running":
+            self.polls_left[name] -= 1
+            if self.polls_left[name] < 0:
+                self.jobs[name] = state = "succeeded"
+        conditions = {
+            "succeeded": [SimpleNamespace(type="Complete", status="True")],
+            "failed": [SimpleNamespace(type="Failed", status="True")],
+        }.get(state, [])
+        return SimpleNamespace(
+            status=SimpleNamespace(succeeded=int(state == "succeeded"), conditions=conditions)
+        )
+
+    def delete_namespaced_job(self, name, namespace, propagation_policy=None):
+        self.calls.append(("delete", name))
+        if self.jobs.pop(name, None) is None:
+            raise client.ApiException(status=404)
+
+    # CoreV1Api
+    def delete_namespaced_service(self, name, namespace):
+        self.calls.append(("delete", name))
+        if name not in self.services:
+            raise client.ApiException(status=404)
+        self.services.discard(name)
+
+    # utils.create_from_dict
+    def create(self, manifest):
+        name = manifest["metadata"]["name"]
+        if name in self.jobs or name in self.services:
+            raise client.ApiException(status=409)
+        self.calls.append(("create", name))
+        if manifest["kind"] == "Job":
+            self.jobs[name] = "running"
+            self.polls_left[name] = 2
+        else:
+            self.services.add(name)
+
+    def run(self):
+        run_kubernetes_jobs(MANIFESTS, core=self, batch=self, create=self.create, poll_seconds=0)
+
+
+def test_first_try_creates_the_service_and_every_job():
+    cluster = FakeCluster({})
+    cluster.run()
+    assert [c for c in cluster.calls if c[0] == "create"] == [
+        ("create", "imagepipe-r1"),
+        *[("create", name) for name in JOBS],
+    ]
+    assert cluster.services == set()  # removed at the end
+
+
+def test_a_retry_while_the_jobs_run_waits_for_them_without_submitting_again():
+    cluster = FakeCluster(dict.fromkeys(JOBS, "running"))
+    cluster.services.add("imagepipe-r1")
+    cluster.run()
+    assert not [c for c in cluster.calls if c[1] in JOBS]  # no job deleted or created
+    assert ("delete", "imagepipe-r1") in cluster.calls[-1:]  # only the final clean-up
+    assert set(cluster.jobs.values()) == {"succeeded"}
+
+
+def test_a_retry_after_the_jobs_succeeded_returns_at_once():
+    cluster = FakeCluster(dict.fromkeys(JOBS, "succeeded"))
+    cluster.run()
+    assert cluster.calls == []
+
+
+def test_a_retry_after_a_job_failed_replaces_all_of_them():
+    cluster = FakeCluster({JOBS[0]: "running", JOBS[1]: "failed"})
+    cluster.run()
+    for name in JOBS:
+        assert ("delete", name) in cluster.calls and ("create", name) in cluster.calls
+
+
+def test_a_job_failing_while_waited_on_fails_the_task():
+    cluster = FakeCluster({})
+    original = cluster.create
+
+    def create_then_fail(manifest):
+        original(manifest)
+        if manifest["metadata"]["name"] == JOBS[1]:
+            cluster.jobs[JOBS[1]] = "failed"
+
+    with pytest.raises(RuntimeError, match=f"training job {JOBS[1]} failed"):
+        run_kubernetes_jobs(
+            MANIFESTS, core=cluster, batch=cluster, create=create_then_fail, poll_seconds=0
+        )
