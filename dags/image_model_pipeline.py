@@ -1,6 +1,6 @@
 """image_model_pipeline: raw images -> TFRecord shards -> multi-worker training -> gated publish.
 
-check_params -> shard_images -> validate_shards -> train -> evaluate -> publish
+check_params -> shard_images -> validate_shards -> train -> evaluate -> approve_publish -> publish
 
 Wiring only: each task calls a library function in orchestration/, beam_jobs/ or training/.
 Nothing heavy (TensorFlow, Beam) is imported at parse time. Every run writes
@@ -18,6 +18,7 @@ from airflow.providers.apache.beam.operators.beam import BeamRunPythonPipelineOp
 from airflow.sdk import Asset, Param, dag, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException
 
+from orchestration.approval import PublishApprovalOperator
 from orchestration.beam_options import dataflow_config, shard_job_options
 from orchestration.params import check_run, dag_params, train_flags
 from orchestration.runs import RunPaths, shard_cache_dir
@@ -218,7 +219,14 @@ def image_model_pipeline():
 
     validated = validate_shards()
     check_params() >> shard_images >> validated
-    publish(evaluate(train(validated)))
+    evaluated = evaluate(train(validated))
+    approve = PublishApprovalOperator(
+        task_id="approve_publish",
+        subject="Publish {{ params.model_name }} from run {{ run_id }}?",
+        body="Held-out accuracy {{ ti.xcom_pull(task_ids='evaluate')['accuracy'] | round(3) }} "
+        "({{ ti.xcom_pull(task_ids='evaluate')['per_class_accuracy'] }}). Reject skips publish.",
+    )
+    evaluated >> approve >> publish(evaluated)
 
 
 image_model_pipeline()

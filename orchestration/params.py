@@ -120,6 +120,14 @@ def dag_params(*, input_uri: str, output_root: str, model_root: str) -> dict[str
             "section": "Publishing",
             "description": "Published models: <model_root>/<model_name>/<version>/.",
         },
+        "require_approval": {
+            "default": False,
+            "type": "boolean",
+            "title": "require approval",
+            "section": "Publishing",
+            "description": "Wait after evaluation for a person to approve publishing (the UI's "
+            "Required Actions page); Reject skips publish. Off: publish when the gate passes.",
+        },
         "model_name": {
             "default": "shapes",
             "type": "string",

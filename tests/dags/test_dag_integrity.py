@@ -40,7 +40,8 @@ def test_tasks_and_dependencies_are_as_documented(parsed):
         "shard_images": ["validate_shards"],
         "validate_shards": ["train"],
         "train": ["evaluate"],
-        "evaluate": ["publish"],
+        "evaluate": ["approve_publish", "publish"],  # publish reads evaluate's XCom
+        "approve_publish": ["publish"],
         "publish": [],
     }
     assert parsed["shard_operator"] == "BeamRunPythonPipelineOperator"
@@ -53,7 +54,8 @@ def test_scheduling_retries_and_timeouts(parsed):
     assert parsed["schedule"] == "@daily"
     assert parsed["catchup"] is False and parsed["max_active_runs"] == 1
     assert parsed["retries"]["train"] >= 1 and parsed["retries"]["validate_shards"] == 0
-    assert all(seconds for seconds in parsed["timeouts"].values())
+    # The approval waits for a person: its limit is the operator's response_timeout (7 days).
+    assert all(seconds for task, seconds in parsed["timeouts"].items() if task != "approve_publish")
 
 
 def test_params_have_defaults_descriptions_and_reject_bad_values(parsed):
@@ -74,6 +76,7 @@ def test_params_have_defaults_descriptions_and_reject_bad_values(parsed):
         "beam_options",
         "training_launcher",
         "training_options",
+        "require_approval",
     ):
         assert name in parsed["params"]
     assert parsed["rejected"] == {name: True for name in parsed["rejected"]}

@@ -152,3 +152,44 @@ def test_rest_trigger_with_params_then_clear_one_task(standalone, images, tmp_pa
     assert _tree_digest(run_dir / "shards") == shards_before  # upstream untouched
     assert _tree_digest(run_dir / "train" / "model") == model_before
     assert sorted(p.name for p in (tmp_path / "models" / "rest-model").iterdir()) == published
+
+
+def _answer_approval(standalone, run_id: str, choice: str, timeout: float = 600) -> None:
+    """Wait for the run to ask, then answer as a person would from the UI (its REST call)."""
+    task = f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/approve_publish"
+    path = f"{task}/-1/hitlDetails"
+    deadline = time.monotonic() + timeout
+    while standalone.request("GET", task)[1].get("state") != "awaiting_input":
+        assert time.monotonic() < deadline, standalone.tail()
+        time.sleep(2)
+    # Airflow 3.3.2 fails the task when the answer comes while the executor is still
+    # reporting the paused process's exit (under a second after it asked); a person is
+    # slower than that, so the test is too.
+    time.sleep(5)
+    status, body = standalone.request("GET", path)
+    assert status == 200 and body["response_received"] is False, body
+    assert body["options"] == ["Approve", "Reject"] and "Held-out accuracy" in body["body"]
+    status, body = standalone.request("PATCH", path, {"chosen_options": [choice]})
+    assert status == 200, body
+
+
+@pytest.mark.extended
+def test_require_approval_waits_for_a_person_then_publishes_or_skips(standalone, images, tmp_path):
+    conf = _conf(
+        tmp_path, images, epochs=1, num_workers=1, accuracy_gate=0.0,
+        model_name="approved", require_approval=True,
+    )  # fmt: skip
+    models = tmp_path / "models" / "approved"
+    for choice, versions in (("Reject", None), ("Approve", ["1", "LATEST"])):
+        status, body = standalone.request(
+            "POST", f"/api/v2/dags/{DAG_ID}/dagRuns", {"logical_date": None, "conf": conf}
+        )
+        assert status == 200, body
+        run_id = body["dag_run_id"]
+        _answer_approval(standalone, run_id, choice)
+        assert standalone.wait_run(run_id) == "success", standalone.tail()
+        status, body = standalone.request(
+            "GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/publish"
+        )
+        assert body["state"] == ("skipped" if choice == "Reject" else "success"), body
+        assert (sorted(p.name for p in models.iterdir()) if models.exists() else None) == versions

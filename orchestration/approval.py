@@ -1,0 +1,29 @@
+"""An optional human approval between evaluation and publishing (Param `require_approval`).
+
+Airflow's own human-in-the-loop `ApprovalOperator` (standard provider): the run
+waits on the UI's Required Actions page (or `PATCH .../hitlDetails` on the REST
+API) for Approve or Reject; Reject skips `publish`. With the Param off (the
+default) the task passes at once, so every run has the same shape: the graph,
+clearing and the docs do not change with a Param.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from airflow.providers.standard.operators.hitl import ApprovalOperator
+
+# A run nobody answers fails after this, without publishing.
+RESPONSE_TIMEOUT = dt.timedelta(days=7)
+
+
+class PublishApprovalOperator(ApprovalOperator):
+    def __init__(self, **kwargs) -> None:
+        kwargs.setdefault("response_timeout", RESPONSE_TIMEOUT)
+        super().__init__(**kwargs)
+
+    def execute(self, context):
+        if not context["params"].get("require_approval"):
+            self.log.info("require_approval is off: publishing without asking")
+            return None
+        return super().execute(context)
