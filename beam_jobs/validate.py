@@ -15,14 +15,12 @@ history, such as one copied by hand.
 from __future__ import annotations
 
 import hashlib
-import json
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from beam_jobs import cache
-from shardspec.example import SCHEMA_VERSION
-from shardspec.layout import DEFAULT_COMPRESSION, METADATA, SUCCESS
+from shardspec.folder import CallableFiles, FolderMetadata, check_folder
+from shardspec.layout import METADATA
 from shardspec.tfrecord import CorruptShardError, iter_records
 
 
@@ -40,6 +38,18 @@ def _read(path: str) -> bytes:
         return handle.read()
 
 
+def _size(path: str) -> int:
+    try:
+        return FileSystems.get_filesystem(path).size(path)
+    except Exception:  # Beam raises BeamIOError or OSError, depending on the filesystem
+        raise FileNotFoundError(path) from None
+
+
+# The folder checks of shardspec.folder, through Beam's filesystems (local, gs://, ...).
+# (_read through a lambda: looked up at call time, so a test can watch what is read.)
+BEAM_FILES = CallableFiles(exists=FileSystems.exists, read_bytes=lambda p: _read(p), size=_size)
+
+
 def validate_shards(
     directory: str,
     *,
@@ -50,90 +60,56 @@ def validate_shards(
 ) -> dict:
     """Return a small summary (for XCom) or raise ShardValidationError with every problem."""
     directory = directory.rstrip("/")
-    problems: list[str] = []
-    if not FileSystems.exists(FileSystems.join(directory, SUCCESS)):
-        problems.append(f"no {SUCCESS} marker: the sharding job did not complete")
-    metadata_path = FileSystems.join(directory, METADATA)
-    if not FileSystems.exists(metadata_path):
-        raise ShardValidationError(directory, [*problems, f"no {METADATA}"])
-    try:
-        metadata = json.loads(_read(metadata_path))
-    except ValueError as err:
-        raise ShardValidationError(
-            directory, [*problems, f"{METADATA} is not JSON: {err}"]
-        ) from None
-
-    if metadata.get("schema_version") != SCHEMA_VERSION:
-        problems.append(f"schema_version {metadata.get('schema_version')!r} != {SCHEMA_VERSION}")
-    shard_root = metadata.get("location") or directory  # a reused output points elsewhere
-    if shard_root != directory and not cache.holds(shard_root, metadata.get("fingerprint", "")):
-        problems.append(
-            f"reuses the shards in {shard_root}, which were replaced or removed since "
-            "(rerun the sharding job with --force-reshard)"
-        )
-    if metadata.get("error_fraction", 1.0) > max_error_fraction:
-        problems.append(
-            f"error fraction {metadata.get('error_fraction'):.1%} is above the limit "
-            f"{max_error_fraction:.1%} ({metadata.get('errors_by_reason')})"
-        )
-    splits = metadata.get("splits", {})
-    train_shards = splits.get("train", {}).get("num_shards", 0)
-    if train_shards < min_train_shards:
-        problems.append(
-            f"{train_shards} train shard(s) for {min_train_shards} workers: each worker needs "
-            f"its own file (reshard with --min-shards {min_train_shards})"
-        )
-    train_records = splits.get("train", {}).get("num_records", 0)
-    if train_records < min_train_records:
-        problems.append(
-            f"{train_records} train records, fewer than one global batch "
-            f"({min_train_records}): lower per_replica_batch_size or add images"
-        )
-    compression = metadata.get("compression", DEFAULT_COMPRESSION)
-    for split_name, split in splits.items():
-        counted = 0
-        for shard in split.get("shards", []):
-            path = FileSystems.join(shard_root, shard["file"])
-            try:
-                size = FileSystems.get_filesystem(path).size(path)
-            except OSError:
-                problems.append(f"{shard['file']}: missing")
-                continue
-            if "num_bytes" in shard and size != shard["num_bytes"]:
-                problems.append(
-                    f"{shard['file']}: {size} bytes, {METADATA} says {shard['num_bytes']}"
-                )
-                continue
-            if not verify_records:
-                counted += shard["num_records"]
-                continue
-            data = _read(path)
-            if hashlib.sha256(data).hexdigest() != shard["sha256"]:
-                problems.append(f"{shard['file']}: sha256 differs from {METADATA}")
-            try:
-                records = sum(1 for _ in iter_records(data, compression))
-            except CorruptShardError as err:
-                problems.append(f"{shard['file']}: corrupt ({err})")
-                continue
-            if records != shard["num_records"]:
-                problems.append(
-                    f"{shard['file']}: {records} records, {METADATA} says {shard['num_records']}"
-                )
-            counted += records
-        if counted != split.get("num_records", 0) and not any(
-            p.startswith(split_name) for p in problems
-        ):
-            problems.append(
-                f"{split_name}: shards hold {counted} records, "
-                f"{METADATA} says {split.get('num_records')}"
-            )
+    folder, problems = check_folder(
+        directory,
+        BEAM_FILES,
+        max_error_fraction=max_error_fraction,
+        min_train_shards=min_train_shards,
+        min_train_records=min_train_records,
+    )
+    if folder is None:
+        raise ShardValidationError(directory, problems)
+    if verify_records:
+        problems += _verify_records(folder, directory, problems)
     if problems:
         raise ShardValidationError(directory, problems)
+    metadata = folder.raw
     return {
         "shards_dir": directory,
-        "reused_from": metadata.get("location", ""),
+        "reused_from": folder.location,
         "num_records": metadata["num_records"],
-        "records_per_split": {name: s["num_records"] for name, s in splits.items()},
+        "records_per_split": {name: s.num_records for name, s in folder.splits.items()},
         "num_classes": metadata["num_classes"],
-        "error_fraction": metadata["error_fraction"],
+        "error_fraction": folder.error_fraction,
     }
+
+
+def _verify_records(folder: FolderMetadata, directory: str, found: list[str]) -> list[str]:
+    """Rehash every shard and count its records (reads everything)."""
+    problems = []
+    root = folder.shard_root(directory)
+    for split_name, split in folder.splits.items():
+        counted = 0
+        for shard in split.shards:
+            if any(p.startswith(f"{shard.file}:") for p in found):
+                continue  # missing or resized: already reported
+            data = _read(FileSystems.join(root, shard.file))
+            if hashlib.sha256(data).hexdigest() != shard.sha256:
+                problems.append(f"{shard.file}: sha256 differs from {METADATA}")
+            try:
+                records = sum(1 for _ in iter_records(data, folder.compression))
+            except CorruptShardError as err:
+                problems.append(f"{shard.file}: corrupt ({err})")
+                continue
+            if records != shard.num_records:
+                problems.append(
+                    f"{shard.file}: {records} records, {METADATA} says {shard.num_records}"
+                )
+            counted += records
+        if counted != split.num_records and not any(
+            p.startswith(split_name) for p in [*found, *problems]
+        ):
+            problems.append(
+                f"{split_name}: shards hold {counted} records, {METADATA} says {split.num_records}"
+            )
+    return problems

@@ -1,94 +1,60 @@
 """Opening a shard directory written by the sharding job, with clear refusals.
 
-The trainer trusts an output only when its `_SUCCESS` marker exists, its
-`metadata.json` has the schema version this code reads, and every shard listed
-there exists. Uses `tf.io.gfile`, which reads local paths and `gs://`.
+The checks are shardspec.folder's, the same the DAG's validate_shards applies;
+this module runs them through `tf.io.gfile` (local paths and `gs://`) and adds
+what needs TensorFlow: finding corrupt shards and undecodable records.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import posixpath
 from dataclasses import dataclass
 
 import tensorflow as tf
 
-from shardspec.example import SCHEMA_VERSION
-from shardspec.layout import DEFAULT_COMPRESSION, METADATA, SUCCESS, tf_compression_type
+from shardspec.folder import CallableFiles, FolderMetadata, check_folder
+from shardspec.layout import DEFAULT_COMPRESSION, tf_compression_type
 
 
 class ShardError(ValueError):
     """The shard directory cannot be trained on; the message says why and where."""
 
 
-def _check_location(directory: str, metadata: dict) -> None:
-    """A reused output points at another run's shards: they must still be the same."""
-    location = metadata["location"]
+def _size(path: str) -> int:
     try:
-        with tf.io.gfile.GFile(posixpath.join(location, METADATA), "r") as handle:
-            target = json.load(handle)
-        complete = tf.io.gfile.exists(posixpath.join(location, SUCCESS))
-    except (tf.errors.NotFoundError, json.JSONDecodeError):
-        target, complete = {}, False
-    if not complete or target.get("fingerprint") != metadata.get("fingerprint"):
-        raise ShardError(
-            f"{directory} reuses the shards in {location}, which were replaced or removed "
-            "since; rerun the sharding job with --force-reshard"
-        )
+        return tf.io.gfile.stat(path).length
+    except tf.errors.NotFoundError:
+        raise FileNotFoundError(path) from None
+
+
+def _read_bytes(path: str) -> bytes:
+    with tf.io.gfile.GFile(path, "rb") as handle:
+        return handle.read()
+
+
+# The folder checks of shardspec.folder, through TensorFlow's filesystems (local, gs://).
+GFILE = CallableFiles(exists=tf.io.gfile.exists, read_bytes=_read_bytes, size=_size)
 
 
 @dataclass(frozen=True)
 class ShardSet:
     directory: str
     metadata: dict
+    folder: FolderMetadata | None = None
 
     @classmethod
     def open(cls, directory: str) -> ShardSet:
+        """Refuses, naming every problem, what shardspec.folder.check_folder refuses: no
+        `_SUCCESS`, another schema, a reused output whose target changed, a shard missing
+        or of another size than the job wrote. Flipped bits inside a shard are caught by
+        the record CRCs while reading."""
         directory = directory.rstrip("/")
-        if not tf.io.gfile.exists(directory):
-            raise ShardError(f"shard directory does not exist: {directory}")
-        if not tf.io.gfile.exists(posixpath.join(directory, SUCCESS)):
-            raise ShardError(
-                f"{directory} has no {SUCCESS} marker: the sharding job did not finish there "
-                "(still running, failed or killed); rerun it"
-            )
-        try:
-            with tf.io.gfile.GFile(posixpath.join(directory, METADATA), "r") as handle:
-                metadata = json.load(handle)
-        except (tf.errors.NotFoundError, json.JSONDecodeError) as err:
-            raise ShardError(f"cannot read {directory}/{METADATA}: {err}") from None
-        version = metadata.get("schema_version")
-        if version != SCHEMA_VERSION:
-            raise ShardError(
-                f"{directory}/{METADATA} has schema_version {version!r}; this trainer reads "
-                f"version {SCHEMA_VERSION}: reshard with the matching beam_jobs"
-            )
-        if metadata.get("location"):
-            _check_location(directory, metadata)
-        shard_set = cls(directory, metadata)
-        # One stat per shard before training (no read): catches missing, truncated and
-        # replaced files by name. Flipped bits are caught by the record CRCs while reading.
-        missing, wrong_size = [], []
-        for shard, path in shard_set._shards():
-            try:
-                size = tf.io.gfile.stat(path).length
-            except tf.errors.NotFoundError:
-                missing.append(path)
-                continue
-            if "num_bytes" in shard and size != shard["num_bytes"]:
-                wrong_size.append(
-                    f"{shard['file']} ({size} bytes, {METADATA} says {shard['num_bytes']})"
-                )
-        if missing:
-            raise ShardError(f"shards listed in {METADATA} are missing: {', '.join(missing[:5])}")
-        if wrong_size:
-            raise ShardError(
-                f"shards in {directory} were changed after the sharding job wrote them: "
-                + ", ".join(wrong_size[:5])
-                + "; rerun the sharding job"
-            )
-        return shard_set
+        folder, problems = check_folder(directory, GFILE)
+        if problems:
+            more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
+            raise ShardError(f"{directory}: " + "; ".join(problems[:5]) + more)
+        return cls(directory, folder.raw, folder)
 
     @property
     def shard_root(self) -> str:

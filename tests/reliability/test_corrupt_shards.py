@@ -18,7 +18,7 @@ def shards_copy(trainable_shards, tmp_path):
 def _train(shards, out):
     return subprocess.run(
         [sys.executable, "-m", "training.train", "--data", str(shards), "--output", str(out),
-         "--epochs", "1", "--global-batch-size", "32"],
+         "--epochs", "1", "--per-replica-batch-size", "32"],
         cwd=REPO, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
 
@@ -26,7 +26,7 @@ def _train(shards, out):
 def test_truncated_shard_is_refused_by_name_before_training(shards_copy):
     shard = sorted(shards_copy.glob("train-*"))[1]
     shard.write_bytes(shard.read_bytes()[:-100])
-    with pytest.raises(ShardError, match=shard.name + r" \(\d+ bytes, metadata.json says"):
+    with pytest.raises(ShardError, match=shard.name + r": \d+ bytes, metadata.json says"):
         ShardSet.open(str(shards_copy))
 
 
