@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-EXTRAS ?= cpu,airflow,dev,bench
+EXTRAS ?= beam,cpu,airflow,dev,bench
 DEMO_DIR ?= demo-output
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 

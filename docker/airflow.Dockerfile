@@ -15,5 +15,5 @@ FROM apache/airflow:3.3.2-python3.11
 COPY --from=build /wheels /wheels
 COPY constraints.txt /opt/imagepipe/constraints.txt
 RUN WHEEL="$(ls /wheels/*.whl)" \
-    && pip install --no-cache-dir -c /opt/imagepipe/constraints.txt "${WHEEL}[cpu,airflow]"
+    && pip install --no-cache-dir -c /opt/imagepipe/constraints.txt "${WHEEL}[beam,cpu,airflow]"
 COPY --chown=airflow:0 dags /opt/airflow/dags

@@ -18,6 +18,6 @@ FROM apache/beam_python3.11_sdk:2.77.0
 COPY --from=build /wheels /wheels
 COPY constraints.txt /tmp/constraints.txt
 RUN WHEEL="$(ls /wheels/*.whl)" \
-    && pip install --no-cache-dir -c /tmp/constraints.txt "${WHEEL}" \
+    && pip install --no-cache-dir -c /tmp/constraints.txt "${WHEEL}[beam]" \
     && rm -rf /wheels /tmp/constraints.txt
 # The base image's entry point (/opt/apache/beam/boot) starts the SDK harness.
