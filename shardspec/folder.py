@@ -10,6 +10,7 @@ the same verdict and the same words for every problem. Reads `_SUCCESS`,
 from __future__ import annotations
 
 import json
+import os
 import posixpath
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,6 +38,22 @@ class CallableFiles:
     exists: Callable[[str], bool]
     read_bytes: Callable[[str], bytes]
     size: Callable[[str], int]
+
+
+def _local_size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        raise FileNotFoundError(path) from None
+
+
+def _local_read(path: str) -> bytes:
+    with open(path, "rb") as handle:
+        return handle.read()
+
+
+# Local paths with nothing but the standard library: for checks before an engine loads.
+LOCAL_FILES = CallableFiles(exists=os.path.exists, read_bytes=_local_read, size=_local_size)
 
 
 class MetadataError(ValueError):
@@ -171,7 +188,7 @@ def check_folder(
     """
     directory = directory.rstrip("/")
     if not files.exists(directory) and not files.exists(posixpath.join(directory, METADATA)):
-        return None, [f"shard directory does not exist: {directory}"]
+        return None, ["shard directory does not exist"]
     problems: list[str] = []
     if not files.exists(posixpath.join(directory, SUCCESS)):
         problems.append(

@@ -1,7 +1,8 @@
 """The training stage: shards -> a trained, exported SavedModel (TensorFlow, Keras 3).
 
 Owns the input pipeline, the models, the multi-worker loop with checkpoints,
-the serving export, evaluation, and the CLIs `training.train` (one worker),
+the serving export, evaluation, and the CLIs `training.train` (one worker; it checks
+its flags and a local shard folder before `training.trainer` loads TensorFlow),
 `training.launch` (N local workers) and `training.data` (input speed). May
 import `shardspec` and `stageconfig`; never Beam, Airflow, `beam_jobs` or
 `orchestration`. `training/config.py` stays free of TensorFlow: the DAG reads it.

@@ -2,23 +2,13 @@
 TensorFlow's filesystems, and a metadata model that refuses what it cannot trust."""
 
 import json
-import os
 import shutil
 from pathlib import Path
 
 import pytest
 
-from shardspec.folder import CallableFiles, FolderMetadata, MetadataError, check_folder
-
-
-def _local(path: str) -> int:
-    try:
-        return os.path.getsize(path)
-    except OSError:
-        raise FileNotFoundError(path) from None
-
-
-LOCAL = CallableFiles(exists=os.path.exists, read_bytes=lambda p: Path(p).read_bytes(), size=_local)
+from shardspec.folder import LOCAL_FILES as LOCAL
+from shardspec.folder import FolderMetadata, MetadataError, check_folder
 
 
 @pytest.fixture

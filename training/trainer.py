@@ -1,0 +1,636 @@
+"""The training loop and everything in it that needs TensorFlow (`training.train` is its CLI).
+
+One process per worker; the cluster comes from `TF_CONFIG` (see
+`training.launch` for N local processes). Keras 3 `model.fit` does not work
+under MultiWorkerMirroredStrategy (keras-team/keras#20585), so this is a custom
+loop: `strategy.run` per step, losses averaged over the global batch.
+
+Fault tolerance: every worker saves a checkpoint every `--checkpoint-every`
+steps and at each epoch end (the chief into RUN_DIR/checkpoints, the others
+into temporary folders they delete). Started again with the same arguments
+after a crash, training restores the chief's latest checkpoint, skips its input
+to that step and runs to the same total number of steps as an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import posixpath
+import signal
+import sys
+import time
+from dataclasses import dataclass
+
+import keras
+import tensorflow as tf
+
+from training import diagnosis
+from training.config import WARMUP_SHARE, ConfigError, TrainConfig, scaled_learning_rate
+from training.data import InputOptions, build_dataset, cache_choice, synthetic_dataset
+from training.distribute import ClusterInfo, cluster_from_env, make_strategy
+from training.export import export_serving_model
+from training.model import build_model
+from training.shards import ShardError, ShardSet
+from training.worker_env import PREEMPTED_EXIT_CODE
+
+log = logging.getLogger("training.train")
+
+CHECKPOINTS = "checkpoints"
+TENSORBOARD = "tensorboard"
+METRICS = "metrics.json"
+CONFIG = "config.json"
+MODEL = "model"
+WORKER_TMP = "_worker_tmp"
+
+
+@dataclass
+class EpochMetrics:
+    epoch: int
+    step: int
+    train_loss: float
+    train_accuracy: float
+    val_loss: float | None
+    val_accuracy: float | None
+    images_per_second: float
+    seconds: float
+    input_wait_share: float | None = None  # see training/diagnosis.py
+
+    def line(self, epochs: int, total_steps: int) -> str:
+        val = (
+            f"val_loss {self.val_loss:.4f} val_acc {self.val_accuracy:.4f}"
+            if self.val_loss is not None
+            else "no validation split"
+        )
+        return (
+            f"epoch {self.epoch}/{epochs} step {self.step}/{total_steps} "
+            f"train_loss {self.train_loss:.4f} train_acc {self.train_accuracy:.4f} {val} "
+            f"images/s {self.images_per_second:.1f} ({self.seconds:.1f}s)"
+            + (
+                f" input wait {self.input_wait_share:.0%}"
+                if self.input_wait_share is not None
+                else ""
+            )
+        )
+
+
+def write_dir(cluster: ClusterInfo, output: str, name: str) -> str:
+    """Where this worker writes `name`: the real place on the chief, a private
+    temporary folder elsewhere (every worker must save: saving runs collectives)."""
+    if cluster.is_chief:
+        return posixpath.join(output, name)
+    return posixpath.join(output, WORKER_TMP, cluster.name, name)
+
+
+class Preempted(Exception):
+    """Every worker saved a checkpoint at this step after one of them was told to stop."""
+
+    def __init__(self, step: int):
+        super().__init__(f"preempted at step {step}")
+        self.step = step
+
+
+class Trainer:
+    def __init__(
+        self,
+        config: TrainConfig,
+        cluster: ClusterInfo,
+        strategy: tf.distribute.Strategy,
+        shard_set: ShardSet,
+    ):
+        self.config = config
+        self.cluster = cluster
+        self.strategy = strategy
+        self.shards = shard_set
+        self.global_batch_size = config.per_replica_batch_size * strategy.num_replicas_in_sync
+        train_records = shard_set.num_records("train")
+        if train_records < self.global_batch_size:
+            raise ShardError(
+                f"the train split has {train_records} records, fewer than one global batch "
+                f"({self.global_batch_size} = --per-replica-batch-size "
+                f"{config.per_replica_batch_size} x {strategy.num_replicas_in_sync} replicas)"
+            )
+        self.steps_per_epoch = config.steps_per_epoch or train_records // self.global_batch_size
+        self.total_steps = self.steps_per_epoch * config.epochs
+        self.learning_rate = scaled_learning_rate(config.learning_rate, self.global_batch_size)
+        self.input_options = InputOptions(
+            image_size=config.image_size,
+            shuffle_buffer=config.shuffle_buffer,
+            cache=config.cache,
+            cache_budget_mb=config.cache_budget_mb,
+            augment=config.augment,
+            seed=config.seed,
+        )
+        self.resumed_from_step = 0
+        self.stop_requested = False  # set from the SIGTERM handler
+        self.diagnosis: dict = {}
+        self._compute_step_seconds: float | None = None
+
+    # ---- data -----------------------------------------------------------------------
+    def _distributed(self, split: str, training: bool, start_step: int = 0):
+        """The split as the strategy's per-replica batches; training input begins at the
+        batch an uninterrupted run would read at `start_step`."""
+        files = self.shards.files(split)
+
+        def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
+            if training and self.config.synthetic_input:
+                return synthetic_dataset(
+                    self.config.per_replica_batch_size,
+                    self.config.image_size,
+                    self.shards.num_classes,
+                )
+            return build_dataset(
+                files,
+                batch_size=self.config.per_replica_batch_size,
+                training=training,
+                compression_type=self.shards.compression_type,
+                options=self.input_options,
+                num_pipelines=context.num_input_pipelines,
+                pipeline_id=context.input_pipeline_id,
+                num_records=-(-self.shards.num_records(split) // context.num_input_pipelines),
+                # Each step takes one batch per replica this pipeline feeds.
+                skip_batches=start_step
+                * context.num_replicas_in_sync
+                // context.num_input_pipelines,
+            )
+
+        return self.strategy.distribute_datasets_from_function(dataset_fn)
+
+    # ---- model and steps ---------------------------------------------------------------
+    def build(self) -> None:
+        keras.utils.set_random_seed(self.config.seed)
+        if self.config.mixed_precision:
+            if tf.config.list_physical_devices("GPU"):
+                keras.mixed_precision.set_global_policy("mixed_float16")
+            else:
+                log.warning("--mixed-precision ignored: no GPU (float16 on CPU is slower)")
+        with self.strategy.scope():
+            self.model = build_model(
+                self.config.architecture, self.config.image_size, self.shards.num_classes
+            )
+            # A short linear warm-up (a large global batch starts at a large rate), then
+            # cosine decay to zero over the run: a stable end point to evaluate and export.
+            warmup = int(WARMUP_SHARE * self.total_steps)
+            schedule = keras.optimizers.schedules.CosineDecay(
+                0.0 if warmup else self.learning_rate,
+                decay_steps=self.total_steps - warmup,
+                warmup_target=self.learning_rate if warmup else None,
+                warmup_steps=warmup,
+            )
+            optimizer = keras.optimizers.Adam(schedule)
+            if keras.mixed_precision.global_policy().name == "mixed_float16":
+                optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+            self.optimizer = optimizer
+            self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
+            # [loss sum, correct count] since the epoch began, kept per replica and summed
+            # over replicas only when read: no collective and no host sync per step.
+            self.train_totals = tf.Variable(
+                tf.zeros([2]),
+                trainable=False,
+                synchronization=tf.VariableSynchronization.ON_READ,
+                aggregation=tf.VariableAggregation.SUM,
+                name="train_totals",
+            )
+        self.checkpoint = tf.train.Checkpoint(
+            model=self.model, optimizer=self.optimizer, step=self.step
+        )
+        self.checkpoints = tf.train.CheckpointManager(
+            self.checkpoint,
+            write_dir(self.cluster, self.config.output, CHECKPOINTS),
+            max_to_keep=3,
+        )
+        self.loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
+
+    def _train_steps_fn(self):
+        strategy, model, optimizer = self.strategy, self.model, self.optimizer
+        global_batch = self.global_batch_size
+        scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
+
+        def replica_step(images, labels):
+            with tf.GradientTape() as tape:
+                logits = model(images, training=True)
+                per_example = self.loss_fn(labels, logits)
+                loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
+                if model.losses:
+                    loss += tf.nn.scale_regularization_loss(tf.add_n(model.losses))
+                loss_for_grads = optimizer.scale_loss(loss) if scaled else loss
+            grads = tape.gradient(loss_for_grads, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+            correct = tf.reduce_sum(
+                tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels), tf.float32)
+            )
+            self.train_totals.assign_add(tf.stack([loss, correct]))
+
+        @tf.function
+        def train_steps(iterator, num_steps):
+            """`num_steps` steps in one call: the loop runs in the graph, not in Python."""
+            for _ in tf.range(num_steps):
+                strategy.run(replica_step, args=next(iterator))
+                self.step.assign_add(1)
+
+        return train_steps
+
+    def _stop_agreement_fn(self):
+        """Whether any worker was told to stop: one scalar all-reduce, called between
+        calls into the training graph (so every `steps_per_call` steps), so all workers
+        stop at the same step; a worker stopping alone would hang the others'
+        collectives. TF's PreemptionCheckpointHandler does this through the coordination
+        service but does nothing on CPU machines on GCP, where our CPU workers run."""
+        strategy = self.strategy
+        if not self.cluster.multi_worker:
+            return lambda flag: flag
+
+        @tf.function
+        def agree(flag):
+            per_replica = strategy.run(tf.identity, args=(flag,))
+            return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+        return agree
+
+    def request_stop(self) -> None:
+        self.stop_requested = True
+
+    def _eval_step_fn(self):
+        strategy, model = self.strategy, self.model
+
+        def replica_eval(images, labels):
+            logits = model(images, training=False)
+            loss_sum = tf.reduce_sum(self.loss_fn(labels, logits))
+            correct = tf.reduce_sum(
+                tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), labels), tf.float32)
+            )
+            count = tf.cast(tf.shape(labels)[0], tf.float32)
+            return tf.stack([loss_sum, correct, count])
+
+        @tf.function
+        def eval_step(batch):
+            stats = strategy.run(replica_eval, args=batch)
+            return strategy.reduce(tf.distribute.ReduceOp.SUM, stats, axis=None)
+
+        return eval_step
+
+    def measure_compute_step(self, steps: int = 10) -> float:
+        """Seconds of one step without input: forward, backward and the gradient
+        all-reduce on an in-memory batch. No optimizer update, and the layers' state
+        (BatchNorm statistics, dropout seeds) is restored after: the model is untouched.
+        Every worker calls it at the same point of the run (it runs collectives)."""
+        strategy, model, global_batch = self.strategy, self.model, self.global_batch_size
+        state = [v.numpy() for v in model.non_trainable_variables]
+
+        def replica_probe(images, labels):
+            with tf.GradientTape() as tape:
+                logits = model(images, training=True)
+                loss = tf.nn.compute_average_loss(
+                    self.loss_fn(labels, logits), global_batch_size=global_batch
+                )
+            grads = tape.gradient(loss, model.trainable_variables)
+            tf.distribute.get_replica_context().all_reduce(tf.distribute.ReduceOp.SUM, grads)
+
+        @tf.function
+        def probe(iterator, num_steps):
+            for _ in tf.range(num_steps):
+                strategy.run(replica_probe, args=next(iterator))
+
+        iterator = iter(
+            strategy.distribute_datasets_from_function(
+                lambda context: synthetic_dataset(
+                    self.config.per_replica_batch_size,
+                    self.config.image_size,
+                    self.shards.num_classes,
+                )
+            )
+        )
+        probe(iterator, tf.constant(1))  # tracing
+        started = time.perf_counter()
+        probe(iterator, tf.constant(steps))
+        seconds = (time.perf_counter() - started) / steps
+        for variable, value in zip(model.non_trainable_variables, state, strict=True):
+            variable.assign(value)
+        return seconds
+
+    def _diagnose(self, metrics: EpochMetrics, first_in_process: bool) -> None:
+        """Fill the epoch's input-wait share; once per process, the probe and the ceiling."""
+        if self.config.synthetic_input:
+            return
+        if self._compute_step_seconds is None:
+            self._compute_step_seconds = self.measure_compute_step()
+            ceiling = (
+                diagnosis.decode_ceiling(self.shards, self.config.image_size)
+                if self.cluster.is_chief
+                else None
+            )
+            self.diagnosis = {
+                "compute_step_ms": 1000 * self._compute_step_seconds,
+                "decode_ceiling_images_per_second_per_worker": ceiling,
+            }
+        steps = metrics.images_per_second * metrics.seconds / self.global_batch_size
+        share = diagnosis.input_wait_share(metrics.seconds / steps, self._compute_step_seconds)
+        # The first epoch of a process also pays for tracing and warming up (and fills the
+        # cache): its share would mostly measure that, so it is left out.
+        if first_in_process:
+            self.diagnosis.setdefault(
+                "advice", "one epoch only: train 2 or more epochs to measure the input wait"
+            )
+            return
+        metrics.input_wait_share = share
+        ceiling = self.diagnosis.get("decode_ceiling_images_per_second_per_worker")
+        if ceiling:
+            # The same choice build_dataset made for this worker's share of the records.
+            records = -(-self.shards.num_records("train") // self.cluster.num_workers)
+            cached = bool(cache_choice(self.input_options, records, quiet=True))
+            self.diagnosis.update(
+                input_wait_share=share,
+                advice=diagnosis.advice(
+                    share,
+                    images_per_second=metrics.images_per_second,
+                    ceiling_per_worker=ceiling,
+                    num_workers=self.cluster.num_workers,
+                    image_size=self.config.image_size,
+                    max_side=int(self.shards.metadata.get("params", {}).get("max_side", 0)),
+                    cached=cached,
+                ),
+            )
+
+    def evaluate(self, split: str = "validation") -> tuple[float, float] | None:
+        """Loss and accuracy over the whole split (every record once, across workers)."""
+        if not self.shards.files(split) or not self.shards.num_records(split):
+            return None
+        eval_step = self._eval_step_fn()
+        totals = tf.zeros([3])
+        for batch in self._distributed(split, training=False):
+            totals += eval_step(batch)
+        loss_sum, correct, count = (float(v) for v in totals.numpy())
+        return loss_sum / count, correct / count
+
+    # ---- the loop --------------------------------------------------------------------
+    def restore(self) -> None:
+        chief_dir = posixpath.join(self.config.output, CHECKPOINTS)
+        latest = tf.train.latest_checkpoint(chief_dir)
+        if latest:
+            # expect_partial: the optimizer's slots are created at its first step, so a run
+            # that is already finished never resolves them (that is not an error).
+            self.checkpoint.restore(latest).assert_existing_objects_matched().expect_partial()
+            self.resumed_from_step = int(self.step.numpy())
+            log.info(
+                "%s: resumed from step %d (%s)", self.cluster.name, self.resumed_from_step, latest
+            )
+
+    def save_checkpoint(self) -> None:
+        self.checkpoints.save(checkpoint_number=int(self.step.numpy()))
+
+    def run(self) -> list[dict]:
+        self.build()
+        self.restore()
+        if self.cluster.is_chief:
+            self._write_config()
+        history = self._load_history()
+        writer = (
+            tf.summary.create_file_writer(posixpath.join(self.config.output, TENSORBOARD))
+            if self.cluster.is_chief
+            else tf.summary.create_noop_writer()
+        )
+        train_steps = self._train_steps_fn()
+        agree_to_stop = self._stop_agreement_fn()
+        step = int(self.step.numpy())
+        if step >= self.total_steps:
+            log.info(
+                "%s: already trained %d/%d steps; exporting the model again",
+                self.cluster.name,
+                step,
+                self.total_steps,
+            )
+        else:
+            if step:
+                log.info(
+                    "%s: input resumes at step %d (step %d of epoch %d), where the "
+                    "checkpoint left it",
+                    self.cluster.name,
+                    step,
+                    step % self.steps_per_epoch,
+                    step // self.steps_per_epoch + 1,
+                )
+            iterator = iter(self._distributed("train", training=True, start_step=step))
+        first_in_process = True
+        while step < self.total_steps:
+            epoch = step // self.steps_per_epoch + 1
+            epoch_end = epoch * self.steps_per_epoch
+            started, steps_done = time.perf_counter(), 0
+            self.train_totals.assign(tf.zeros([2]))
+            every = self.config.checkpoint_every
+            while step < epoch_end:
+                # Up to steps_per_call steps, never past a checkpoint step or the epoch end.
+                next_checkpoint = (step // every + 1) * every
+                count = min(self.config.steps_per_call, epoch_end - step, next_checkpoint - step)
+                train_steps(iterator, tf.constant(count, tf.int32))
+                step += count
+                steps_done += count
+                saved = step % every == 0 and step < epoch_end
+                if saved:
+                    self.save_checkpoint()
+                if float(agree_to_stop(tf.constant(float(self.stop_requested)))) > 0:
+                    if not saved:
+                        self.save_checkpoint()
+                    log.warning(
+                        "%s: preempted: checkpoint saved at step %d; exit %d so the "
+                        "launcher restarts the workers",
+                        self.cluster.name,
+                        step,
+                        PREEMPTED_EXIT_CODE,
+                    )
+                    raise Preempted(step)
+            loss_sum, correct_sum = (float(v) for v in self.train_totals.read_value().numpy())
+            seconds = time.perf_counter() - started
+            evaluation = self.evaluate()
+            metrics = EpochMetrics(
+                epoch=epoch,
+                step=step,
+                train_loss=loss_sum / steps_done,
+                train_accuracy=correct_sum / (steps_done * self.global_batch_size),
+                val_loss=evaluation[0] if evaluation else None,
+                val_accuracy=evaluation[1] if evaluation else None,
+                images_per_second=steps_done * self.global_batch_size / seconds,
+                seconds=seconds,
+            )
+            self._diagnose(metrics, first_in_process)
+            first_in_process = False
+            self.save_checkpoint()
+            log.info(
+                "%s: %s", self.cluster.name, metrics.line(self.config.epochs, self.total_steps)
+            )
+            history = [h for h in history if h["epoch"] < epoch] + [vars(metrics)]
+            if self.cluster.is_chief:
+                self._write_history(history)
+            with writer.as_default(step=step):
+                for key, value in vars(metrics).items():
+                    if key not in ("epoch", "step") and value is not None:
+                        tf.summary.scalar(key, value)
+                writer.flush()
+        return history
+
+    def _write_config(self) -> None:
+        """The effective parameters, beside the run's outputs from its start (not only in
+        the exported model's metadata), so a run in progress or killed says what it ran."""
+        tf.io.gfile.makedirs(self.config.output)
+        effective = {
+            **self.config.to_json(),
+            "num_workers": self.cluster.num_workers,
+            "replicas": self.strategy.num_replicas_in_sync,
+            "global_batch_size": self.global_batch_size,
+            "scaled_learning_rate": self.learning_rate,
+            "steps_per_epoch": self.steps_per_epoch,
+            "total_steps": self.total_steps,
+        }
+        with tf.io.gfile.GFile(posixpath.join(self.config.output, CONFIG), "w") as handle:
+            json.dump(effective, handle, indent=2)
+
+    def _load_history(self) -> list[dict]:
+        path = posixpath.join(self.config.output, METRICS)
+        if self.resumed_from_step and tf.io.gfile.exists(path):
+            with tf.io.gfile.GFile(path) as handle:
+                return json.load(handle)["epochs"]
+        return []
+
+    def _write_history(self, history: list[dict]) -> None:
+        tf.io.gfile.makedirs(self.config.output)
+        path = posixpath.join(self.config.output, METRICS)
+        with tf.io.gfile.GFile(path + ".tmp", "w") as handle:
+            json.dump(
+                {
+                    "epochs": history,
+                    "resumed_from_step": self.resumed_from_step,
+                    "input_diagnosis": self.diagnosis,
+                },
+                handle,
+                indent=2,
+            )
+        tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
+
+    def export(self, history: list[dict]) -> str | None:
+        """Every worker exports (reads may run collectives); only the chief's copy stays."""
+        # A plain (non-distributed) copy: the SavedModel must not depend on the strategy.
+        weights = self.model.get_weights()
+        policy = keras.mixed_precision.global_policy()
+        keras.mixed_precision.set_global_policy("float32")
+        try:
+            serving_model = build_model(
+                self.config.architecture, self.config.image_size, self.shards.num_classes
+            )
+        finally:
+            keras.mixed_precision.set_global_policy(policy)
+        serving_model.set_weights(weights)
+        metadata = {
+            "config": self.config.to_json(),
+            "label_map": self.shards.metadata["label_map"],
+            "shards": {
+                "directory": self.shards.directory,
+                "num_records": {
+                    s: self.shards.num_records(s) for s in ("train", "validation", "test")
+                },
+            },
+            "total_steps": self.total_steps,
+            "num_workers": self.cluster.num_workers,
+            "final_metrics": history[-1] if history else None,
+            "tensorflow_version": tf.__version__,
+            "keras_version": keras.__version__,
+        }
+        path = write_dir(self.cluster, self.config.output, MODEL)
+        export_serving_model(
+            serving_model,
+            path,
+            label_names=self.shards.label_names,
+            image_size=self.config.image_size,
+            metadata=metadata,
+        )
+        if not self.cluster.is_chief:
+            self.cleanup_worker_tmp()
+            return None
+        return path
+
+    def cleanup_worker_tmp(self) -> None:
+        parent = posixpath.join(self.config.output, WORKER_TMP)
+        own = posixpath.join(parent, self.cluster.name)
+        if tf.io.gfile.exists(own):
+            tf.io.gfile.rmtree(own)
+        try:  # the last worker out removes the shared parent; others find it non-empty
+            if not tf.io.gfile.listdir(parent):
+                tf.io.gfile.rmtree(parent)
+        except (tf.errors.OpError, OSError):
+            pass
+
+    def weights_fingerprint(self) -> str:
+        """sha256 over all weights: equal on every worker when replicas stayed in sync."""
+        digest = hashlib.sha256()
+        for weight in self.model.get_weights():
+            digest.update(weight.tobytes())
+        return digest.hexdigest()[:16]
+
+
+def run(config: TrainConfig) -> int:
+    """Train and export as this process's worker; the exit code of `python -m training.train`."""
+    try:
+        cluster = cluster_from_env()
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    # The strategy first: MultiWorkerMirroredStrategy must exist before other TF ops.
+    strategy = make_strategy(cluster)
+    try:
+        shard_set = ShardSet.open(config.data)
+        trainer = Trainer(config, cluster, strategy, shard_set)
+    except (ShardError, ConfigError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    log.info(
+        "%s: %d steps (%d epochs x %d), global batch %d, %s, %d classes",
+        cluster.name,
+        trainer.total_steps,
+        config.epochs,
+        trainer.steps_per_epoch,
+        trainer.global_batch_size,
+        config.architecture,
+        shard_set.num_classes,
+    )
+    # SIGTERM (preemption, eviction, a launcher stopping us) asks for a clean stop: every
+    # worker saves at the next step boundary they agree on, then exits to be restarted.
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: trainer.request_stop())
+    try:
+        history = trainer.run()
+    except Preempted:
+        return PREEMPTED_EXIT_CODE
+    except tf.errors.DataLossError as err:  # a record's CRC or length did not check out
+        corrupt = shard_set.corrupt_files()
+        named = (
+            ", ".join(corrupt) if corrupt else "no shard differs from its sha256 (a read error?)"
+        )
+        print(
+            f"error: corrupt shard data in {config.data} ({err.message.splitlines()[0]}); "
+            f"corrupt: {named}; rerun the sharding job",
+            file=sys.stderr,
+        )
+        return 2
+    except tf.errors.InvalidArgumentError as err:
+        # A stored record the decoder refuses (the sharding job stores only what it proved
+        # decodable, so: shards from elsewhere, or a decoder change). Name it, one line.
+        bad = shard_set.undecodable_records(config.image_size)
+        if not bad:
+            raise  # not a record's fault: a real bug, keep its traceback
+        print(
+            f"error: records in {config.data} that cannot be decoded "
+            f"({err.message.strip().splitlines()[0][:200]}): {'; '.join(bad)}; "
+            "reshard the images or remove these records",
+            file=sys.stderr,
+        )
+        return 2
+    log.info("%s: final weights fingerprint %s", cluster.name, trainer.weights_fingerprint())
+    if trainer.diagnosis.get("advice"):
+        log.info("input diagnosis: %s", trainer.diagnosis["advice"])
+    path = trainer.export(history)
+    if path:
+        final = history[-1] if history else {}
+        print(
+            json.dumps(
+                {"model": path, "metrics": final, "resumed_from_step": trainer.resumed_from_step}
+            )
+        )
+    return 0
