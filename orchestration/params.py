@@ -28,6 +28,7 @@ STAGE_PARAMS: dict[str, tuple[type, str]] = {
     "epochs": (TrainConfig, "epochs"),
     "per_replica_batch_size": (TrainConfig, "per_replica_batch_size"),
     "learning_rate": (TrainConfig, "learning_rate"),
+    "input_service": (TrainConfig, "input_service"),
     "num_workers": (LaunchConfig, "num_workers"),
 }
 TRAIN_FLAGS = tuple(name for name, (cls, _) in STAGE_PARAMS.items() if cls is TrainConfig)
@@ -65,6 +66,7 @@ def dag_params(*, input_uri: str, output_root: str, model_root: str) -> dict[str
         "epochs": stage("epochs"),
         "per_replica_batch_size": stage("per_replica_batch_size"),
         "learning_rate": stage("learning_rate"),
+        "input_service": stage("input_service"),
         "num_workers": stage("num_workers"),
         "training_launcher": {
             "default": "local",

@@ -39,6 +39,20 @@ def scaled_learning_rate(learning_rate: float, global_batch: int) -> float:
     return learning_rate * (global_batch / REFERENCE_BATCH) ** 0.5
 
 
+def _check_input_service(value: str) -> None:
+    """The flag's form, without TensorFlow (training.input_service.parse_service reads it)."""
+    if not value:
+        return
+    if value.startswith("local:"):
+        count = value.removeprefix("local:")
+        if not count.isdigit() or not 1 <= int(count) <= 64:
+            raise ConfigError(f"--input-service {value!r}: local:N needs N from 1 to 64")
+        return
+    host, _, port = value.removeprefix("grpc://").rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError(f"--input-service {value!r}: use HOST:PORT, local:N or empty for off")
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     data: str = param(help="Shard directory written by beam_jobs.shard_images", section="Data")
@@ -132,6 +146,14 @@ class TrainConfig:
         help="Steps per epoch; 0 = one pass over the training split",
         section="Training",
     )
+    input_service: str = param(
+        "",
+        help="tf.data service for the training input: empty for off, HOST:PORT of a "
+        "dispatcher (python -m training.input_service), or local:N to start one with N "
+        "workers in this process. The order is then not deterministic: a resumed run "
+        "restarts its input",
+        section="Training",
+    )
     synthetic_input: bool = param(
         False,
         help="Diagnosis: train on one in-memory random batch repeated instead of the shards "
@@ -142,6 +164,7 @@ class TrainConfig:
     def __post_init__(self) -> None:
         stageconfig.check(self)
         stageconfig.check_output_folder("--output", self.output)
+        _check_input_service(self.input_service)
         if self.architecture != "small_cnn" and self.image_size < 32:
             raise ConfigError(f"{self.architecture} needs --image-size >= 32")
 

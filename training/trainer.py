@@ -31,6 +31,7 @@ from training.config import WARMUP_SHARE, ConfigError, TrainConfig, scaled_learn
 from training.data import InputOptions, build_dataset, cache_choice, synthetic_dataset
 from training.distribute import ClusterInfo, cluster_from_env, make_strategy
 from training.export import export_serving_model
+from training.input_service import parse_service, start_local, through_service
 from training.model import build_model
 from training.shards import ShardError, ShardSet
 from training.worker_env import PREEMPTED_EXIT_CODE
@@ -122,12 +123,29 @@ class Trainer:
             augment=config.augment,
             seed=config.seed,
         )
+        self.service_address, self._local_service = self._input_service()
         self.resumed_from_step = 0
         self.stop_requested = False  # set from the SIGTERM handler
         self.diagnosis: dict = {}
         self._compute_step_seconds: float | None = None
 
     # ---- data -----------------------------------------------------------------------
+    def _input_service(self):
+        """(dispatcher address or "", the local servers to keep alive or None)."""
+        address, local_workers = parse_service(self.config.input_service)
+        local = start_local(local_workers) if local_workers else None
+        if local:
+            address = local.address
+        if address:
+            log.info(
+                "input: through the tf.data service at %s%s (DYNAMIC sharding: each record "
+                "at most once per pass; the order is not deterministic, so a resumed run "
+                "restarts its input)",
+                address,
+                f", {local_workers} worker(s) in this process" if local else "",
+            )
+        return address, local
+
     def _distributed(self, split: str, training: bool, start_step: int = 0):
         """The split as the strategy's per-replica batches; training input begins at the
         batch an uninterrupted run would read at `start_step`."""
@@ -140,7 +158,7 @@ class Trainer:
                     self.config.image_size,
                     self.shards.num_classes,
                 )
-            return build_dataset(
+            dataset = build_dataset(
                 files,
                 batch_size=self.config.per_replica_batch_size,
                 training=training,
@@ -150,10 +168,13 @@ class Trainer:
                 pipeline_id=context.input_pipeline_id,
                 num_records=-(-self.shards.num_records(split) // context.num_input_pipelines),
                 # Each step takes one batch per replica this pipeline feeds.
-                skip_batches=start_step
-                * context.num_replicas_in_sync
-                // context.num_input_pipelines,
+                skip_batches=0
+                if training and self.service_address
+                else start_step * context.num_replicas_in_sync // context.num_input_pipelines,
             )
+            if training and self.service_address:
+                return through_service(dataset, self.service_address)
+            return dataset
 
         return self.strategy.distribute_datasets_from_function(dataset_fn)
 
@@ -250,6 +271,20 @@ class Trainer:
 
     def request_stop(self) -> None:
         self.stop_requested = True
+
+    def _all_agree_to_stop(self, agree_to_stop) -> bool:
+        return float(agree_to_stop(tf.constant(float(self.stop_requested)))) > 0
+
+    def _preempted(self, step: int) -> None:
+        """Called on every worker at the same step, after the checkpoint of that step."""
+        log.warning(
+            "%s: preempted: checkpoint saved at step %d; exit %d so the launcher restarts "
+            "the workers",
+            self.cluster.name,
+            step,
+            PREEMPTED_EXIT_CODE,
+        )
+        raise Preempted(step)
 
     def _eval_step_fn(self):
         strategy, model = self.strategy, self.model
@@ -425,20 +460,15 @@ class Trainer:
                 train_steps(iterator, tf.constant(count, tf.int32))
                 step += count
                 steps_done += count
-                saved = step % every == 0 and step < epoch_end
+                if step == epoch_end:
+                    break  # the epoch ends (evaluation, metrics, checkpoint) before any stop
+                saved = step % every == 0
                 if saved:
                     self.save_checkpoint()
-                if float(agree_to_stop(tf.constant(float(self.stop_requested)))) > 0:
+                if self._all_agree_to_stop(agree_to_stop):
                     if not saved:
                         self.save_checkpoint()
-                    log.warning(
-                        "%s: preempted: checkpoint saved at step %d; exit %d so the "
-                        "launcher restarts the workers",
-                        self.cluster.name,
-                        step,
-                        PREEMPTED_EXIT_CODE,
-                    )
-                    raise Preempted(step)
+                    self._preempted(step)
             loss_sum, correct_sum = (float(v) for v in self.train_totals.read_value().numpy())
             seconds = time.perf_counter() - started
             evaluation = self.evaluate()
@@ -454,13 +484,18 @@ class Trainer:
             )
             self._diagnose(metrics, first_in_process)
             first_in_process = False
-            self.save_checkpoint()
             log.info(
                 "%s: %s", self.cluster.name, metrics.line(self.config.epochs, self.total_steps)
             )
             history = [h for h in history if h["epoch"] < epoch] + [vars(metrics)]
+            # The epoch's metrics before its checkpoint: killed between the two, a resumed run
+            # redoes the end of the epoch and replaces its line; the other order lost the line
+            # (the checkpoint said the epoch was done, metrics.json had never heard of it).
             if self.cluster.is_chief:
                 self._write_history(history)
+            self.save_checkpoint()
+            if step < self.total_steps and self._all_agree_to_stop(agree_to_stop):
+                self._preempted(step)
             with writer.as_default(step=step):
                 for key, value in vars(metrics).items():
                     if key not in ("epoch", "step") and value is not None:

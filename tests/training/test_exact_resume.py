@@ -8,6 +8,7 @@ step the same images as an uninterrupted run: nothing seen twice, nothing skippe
 
 import contextlib
 import hashlib
+import json
 
 import pytest
 import tensorflow as tf
@@ -89,3 +90,39 @@ def test_a_run_resumed_mid_epoch_feeds_every_step_what_an_uninterrupted_run_did(
     # And the epochs still differ from each other (the order is reshuffled every epoch).
     epochs = [[uninterrupted[s] for s in range(e * per_epoch, (e + 1) * per_epoch)] for e in (0, 1)]
     assert epochs[0] != epochs[1]
+
+
+def test_a_stop_asked_for_in_an_epochs_last_step_lets_that_epoch_finish(
+    trainable_shards, tmp_path, monkeypatch
+):
+    """SIGTERM while an epoch's last steps run: the epoch is evaluated, recorded and
+    checkpointed before the workers stop, so the resumed run does not skip its line."""
+    config = TrainConfig(
+        data=trainable_shards, output=str(tmp_path / "run"), epochs=2, per_replica_batch_size=16,
+        checkpoint_every=1000, steps_per_call=1, augment=False,
+    )  # fmt: skip
+    per_epoch = ShardSet.open(trainable_shards).num_records("train") // 16
+
+    def steps_fn(trainer: train.Trainer):
+        def train_steps(iterator, num_steps):
+            for _ in range(int(num_steps)):
+                next(iterator)
+                trainer.step.assign_add(1)
+                if int(trainer.step.numpy()) == per_epoch:
+                    trainer.request_stop()  # as the SIGTERM handler does
+
+        return train_steps
+
+    monkeypatch.setattr(train.Trainer, "_train_steps_fn", steps_fn)
+    strategy = tf.distribute.get_strategy()
+    trainer = train.Trainer(
+        config, ClusterInfo("worker", 0, 1), strategy, ShardSet.open(config.data)
+    )
+    with pytest.raises(train.Preempted) as stopped:
+        trainer.run()
+    assert stopped.value.step == per_epoch
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert [e["epoch"] for e in metrics["epochs"]] == [1]
+    assert tf.train.latest_checkpoint(str(tmp_path / "run" / "checkpoints")).endswith(
+        f"ckpt-{per_epoch}"
+    )

@@ -1,0 +1,58 @@
+"""tf.data service mode: the same records as the in-process pipeline, from 2 service workers."""
+
+import collections
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import tensorflow as tf
+
+from training import features
+from training.input_service import parse_service, start_local, through_service
+from training.shards import ShardSet
+
+
+def _ids(files: list[str]) -> tf.data.Dataset:
+    ds = tf.data.Dataset.from_tensor_slices(files)
+    ds = ds.interleave(tf.data.TFRecordDataset, cycle_length=2)
+    return ds.map(lambda r: features.parse_example(r, (features.IMAGE_ID,))[features.IMAGE_ID])
+
+
+def test_two_service_workers_deliver_every_record_exactly_once(trainable_shards):
+    files = ShardSet.open(trainable_shards).files("train")
+    service = start_local(2)
+    local = collections.Counter(x.numpy() for x in _ids(files))
+    served = collections.Counter(x.numpy() for x in through_service(_ids(files), service.address))
+    assert served == local and max(served.values()) == 1 and len(served) > 100
+
+
+@pytest.mark.parametrize(
+    ("value", "parsed"),
+    [("", ("", 0)), ("local:2", ("", 2)), ("svc:5050", ("svc:5050", 0)),
+     ("grpc://10.0.0.2:5050", ("10.0.0.2:5050", 0))],
+)  # fmt: skip
+def test_the_flag_reads_off_local_or_an_address(value, parsed):
+    assert parse_service(value) == parsed
+
+
+@pytest.mark.parametrize("value", ["local:0", "local:x", "svc", "svc:port"])
+def test_a_bad_flag_is_refused_in_one_line(value):
+    with pytest.raises(ValueError, match="--input-service"):
+        parse_service(value)
+
+
+def test_training_reads_through_local_service_workers(trainable_shards, tmp_path):
+    output = tmp_path / "train"
+    proc = subprocess.run(
+        [sys.executable, "-m", "training.train", "--data", trainable_shards, "--output",
+         str(output), "--epochs", "2", "--input-service", "local:2", "--cache="],
+        capture_output=True, text=True, timeout=600,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "input: through the tf.data service at localhost:" in proc.stderr
+    metrics = json.loads((output / "metrics.json").read_text())
+    assert [e["epoch"] for e in metrics["epochs"]] == [1, 2]
+    assert all(e["train_loss"] > 0 for e in metrics["epochs"])

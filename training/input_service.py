@@ -1,0 +1,103 @@
+"""tf.data service: the input pipeline on separate CPU workers instead of the trainer's cores.
+
+    python -m training.input_service --workers N [--port P] [--work-dir DIR]
+
+Starts a dispatcher and N workers in this process and serves until stopped (the
+trainers then take `--input-service HOST:P`); `--input-service local:N` makes a
+trainer start its own. The trainer sends its whole training pipeline (read,
+decode, augment, batch) with the DYNAMIC sharding policy: the dispatcher hands
+out the trainer's shard files one at a time to whichever worker asks, so every
+record is read at most once per pass; a worker that dies loses the records of
+the file it was reading (TensorFlow's at-most-once guarantee), nothing is
+repeated. The order is not deterministic, so a resumed run restarts its input
+instead of skipping to its step. Evaluation never goes through the service.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import logging
+import signal
+import sys
+import threading
+from dataclasses import dataclass, field
+
+import tensorflow as tf
+
+log = logging.getLogger(__name__)
+LOCAL_PREFIX = "local:"
+
+
+@dataclass
+class LocalService:
+    """A dispatcher and its workers in this process; kept referenced while in use."""
+
+    dispatcher: tf.data.experimental.service.DispatchServer
+    workers: list = field(default_factory=list)
+
+    @property
+    def address(self) -> str:
+        return self.dispatcher.target.split("://", 1)[1]
+
+
+def start_local(num_workers: int, port: int = 0, work_dir: str | None = None) -> LocalService:
+    service = tf.data.experimental.service
+    dispatcher = service.DispatchServer(
+        service.DispatcherConfig(port=port, work_dir=work_dir, fault_tolerant_mode=bool(work_dir))
+    )
+    local = LocalService(dispatcher)
+    for _ in range(num_workers):
+        local.workers.append(
+            service.WorkerServer(service.WorkerConfig(dispatcher_address=local.address))
+        )
+    return local
+
+
+def parse_service(value: str) -> tuple[str, int]:
+    """("", 0) off, ("", N) start N local workers, (address, 0) use that dispatcher."""
+    if not value:
+        return "", 0
+    if value.startswith(LOCAL_PREFIX):
+        count = value[len(LOCAL_PREFIX) :]
+        if not count.isdigit() or not 1 <= int(count) <= 64:
+            raise ValueError(f"--input-service {value!r}: local:N needs N from 1 to 64")
+        return "", int(count)
+    host, _, port = value.removeprefix("grpc://").rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"--input-service {value!r}: use HOST:PORT, local:N or empty for off")
+    return f"{host}:{port}", 0
+
+
+def through_service(dataset: tf.data.Dataset, address: str) -> tf.data.Dataset:
+    """The dataset, computed by the service's workers (DYNAMIC: each split at most once)."""
+    return dataset.apply(
+        tf.data.experimental.service.distribute(
+            processing_mode=tf.data.experimental.service.ShardingPolicy.DYNAMIC,
+            service=f"grpc://{address}",
+        )
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m training.input_service", description=__doc__)
+    parser.add_argument("--workers", type=int, default=1, help="Service workers (default 1).")
+    parser.add_argument("--port", type=int, default=0, help="Dispatcher port (default: free).")
+    parser.add_argument(
+        "--work-dir", default=None, help="Dispatcher journal: a restarted dispatcher resumes."
+    )
+    args = parser.parse_args(argv)
+    if not 1 <= args.workers <= 64:
+        parser.error("--workers must be between 1 and 64")
+    local = start_local(args.workers, args.port, args.work_dir)
+    print(f"input service: dispatcher {local.address}, {args.workers} worker(s)", flush=True)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    with contextlib.suppress(KeyboardInterrupt):
+        stop.wait()
+    return 0
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO)
+    sys.exit(main())
