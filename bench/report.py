@@ -86,6 +86,14 @@ def rows(results: dict) -> list[tuple[str, str, str]]:
                  f"ratio_2_vs_1_workers_large_batch "
                  f"{r['ratio_2_vs_1_workers_large_batch']:.2f}")
             )  # fmt: skip
+        if "ratio_input_service_vs_in_process" in r:
+            out.append(
+                ("training, 1 worker on 1 core: input on a tf.data service worker on the "
+                 "other core vs on its own core (images/s)",
+                 f"{_rate(ips['1_worker_input_service'])} vs {_rate(ips['1_worker'])}",
+                 f"ratio_input_service_vs_in_process "
+                 f"{r['ratio_input_service_vs_in_process']:.2f}")
+            )  # fmt: skip
         out += [
             ("training on shards vs synthetic in-memory input",
              f"{_rate(ips['1_worker'])} vs {_rate(ips['1_worker_synthetic'])}",

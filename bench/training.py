@@ -19,20 +19,29 @@ from pathlib import Path
 
 from bench import common
 
-RUNS = {  # name: (workers, synthetic input, per-replica batch multiple)
-    "1_worker": (1, False, 1),
-    "2_workers": (2, False, 1),
-    "1_worker_synthetic": (1, True, 1),
-    "2_workers_synthetic": (2, True, 1),
+RUNS = {  # name: (workers, synthetic input, per-replica batch multiple, tf.data service)
+    "1_worker": (1, False, 1, False),
+    "2_workers": (2, False, 1, False),
+    "1_worker_synthetic": (1, True, 1, False),
+    "2_workers_synthetic": (2, True, 1, False),
     # The same pair at a 4x larger per-replica batch (over a quarter of the steps, so the
     # same images): more compute per all-reduce, as a bigger model or batch on a cluster.
-    "1_worker_large_batch": (1, False, 4),
-    "2_workers_large_batch": (2, False, 4),
+    "1_worker_large_batch": (1, False, 4, False),
+    "2_workers_large_batch": (2, False, 4, False),
+    # One trainer on core 0, its input on one tf.data service worker on core 1.
+    "1_worker_input_service": (1, False, 1, True),
 }
 
 
 def train_once(
-    shards: Path, out: Path, *, workers: int, synthetic: bool, steps: int, batch_per_worker: int
+    shards: Path,
+    out: Path,
+    *,
+    workers: int,
+    synthetic: bool,
+    steps: int,
+    batch_per_worker: int,
+    input_service: bool = False,
 ) -> float:
     shutil.rmtree(out, ignore_errors=True)
     command = [
@@ -46,6 +55,8 @@ def train_once(
     ]  # fmt: skip
     if synthetic:
         command.append("--synthetic-input")
+    if input_service:  # the launcher pins the service to the core after the trainers'
+        command.append("--input-service=local:1")
     common.timed(command, cwd=common.REPO, env=common.bench_env())
     metrics = json.loads((out / "metrics.json").read_text())
     return metrics["epochs"][-1]["images_per_second"]
@@ -65,21 +76,22 @@ def run(
     shards = common.sharded(work, common.sample_images(work, images))
     rates = {
         name: common.repeat(
-            lambda w=workers, s=synthetic, m=multiple: train_once(
+            lambda w=workers, s=synthetic, m=multiple, i=service: train_once(
                 shards,
                 work / "train-run",
                 workers=w,
                 synthetic=s,
                 steps=max(1, steps // m),
                 batch_per_worker=batch_per_worker * m,
+                input_service=i,
             ),
             repeats,
         )
-        for name, (workers, synthetic, multiple) in RUNS.items()
+        for name, (workers, synthetic, multiple, service) in RUNS.items()
     }
     steps_per_second = {
         name: rates[name]["median"] / (batch_per_worker * multiple * workers)
-        for name, (workers, _, multiple) in RUNS.items()
+        for name, (workers, _, multiple, _) in RUNS.items()
     }
     real_vs_synthetic = common.ratio(rates["1_worker"], rates["1_worker_synthetic"])
     result = {
@@ -97,6 +109,10 @@ def run(
         # 2 pinned workers vs 1: 2.0 would be perfect scaling; below it is the collectives.
         "ratio_2_vs_1_workers": common.ratio(rates["2_workers"], rates["1_worker"]),
         "large_batch_per_worker": 4 * batch_per_worker,
+        # 1 trainer: input on a tf.data service worker on the other core vs on its own core.
+        "ratio_input_service_vs_in_process": common.ratio(
+            rates["1_worker_input_service"], rates["1_worker"]
+        ),
         "ratio_2_vs_1_workers_large_batch": common.ratio(
             rates["2_workers_large_batch"], rates["1_worker_large_batch"]
         ),

@@ -9,6 +9,10 @@ collective) and the launcher exits with the failing worker's code and its last
 lines of output. Rerunning the same command resumes from the last checkpoint.
 Workers that exit with PREEMPTED_EXIT_CODE (all saved a checkpoint at the same step
 after one got SIGTERM) are restarted, all of them, up to --max-restarts times.
+With `--input-service local:N` the launcher starts the tf.data service (a
+dispatcher and N workers, `python -m training.input_service`) as a process of its
+own, on the core after the trainers' with --pin-cores, and points every trainer
+at it.
 """
 
 from __future__ import annotations
@@ -110,6 +114,70 @@ def launch(
     cores = sorted(os.sched_getaffinity(0))
     if pin_cores and num_workers > len(cores):
         raise PinningError(f"--pin-cores: cannot pin {num_workers} workers to {len(cores)} cores")
+    train_args, service_workers = _local_service_request(train_args)
+    service = None
+    if service_workers:
+        core = cores[num_workers] if pin_cores and len(cores) > num_workers else None
+        service, address = _start_service(python, service_workers, core, sink)
+        train_args = [*train_args, "--input-service", address]
+    try:
+        return _attempts(num_workers, train_args, python, sink, cores, pin_cores, max_restarts)
+    finally:
+        if service is not None and service.poll() is None:
+            service.terminate()
+            service.wait(timeout=30)
+
+
+def _local_service_request(train_args: list[str]) -> tuple[list[str], int]:
+    """The trainers' flags without `--input-service local:N`, and N (0 when absent)."""
+    rest, workers, args = [], 0, iter(train_args)
+    for arg in args:
+        value = None
+        if arg == "--input-service":
+            value = next(args, "")
+        elif arg.startswith("--input-service="):
+            value = arg.split("=", 1)[1]
+        if value is not None and value.startswith("local:") and value[6:].isdigit():
+            workers = int(value[6:])
+            continue
+        rest.append(arg)
+        if value is not None and arg == "--input-service":
+            rest.append(value)
+    return rest, workers
+
+
+def _start_service(python: str, workers: int, core: int | None, sink):
+    process = subprocess.Popen(
+        [python, "-m", "training.input_service", "--workers", str(workers)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        preexec_fn=die_with_parent(
+            (lambda: os.sched_setaffinity(0, {core})) if core is not None else None
+        ),
+    )
+    for line in process.stdout:
+        if line.startswith("input service: dispatcher "):
+            address = line.split()[3].rstrip(",")
+            break
+    else:
+        raise RuntimeError(f"the tf.data service did not start (exit {process.wait()})")
+    threading.Thread(target=_drain, args=(process.stdout,), daemon=True).start()
+    where = f" on core {core}" if core is not None else ""
+    sink.write(
+        f"[launch] tf.data service pid {process.pid} at {address}, {workers} worker(s){where}\n"
+    )
+    sink.flush()
+    return process, address
+
+
+def _drain(stream) -> None:
+    for _ in stream:
+        pass
+
+
+def _attempts(num_workers, train_args, python, sink, cores, pin_cores, max_restarts) -> int:
     for restart in range(max_restarts + 1):
         if restart:
             sink.write(

@@ -56,3 +56,21 @@ def test_training_reads_through_local_service_workers(trainable_shards, tmp_path
     metrics = json.loads((output / "metrics.json").read_text())
     assert [e["epoch"] for e in metrics["epochs"]] == [1, 2]
     assert all(e["train_loss"] > 0 for e in metrics["epochs"])
+
+
+def test_the_launcher_runs_the_service_as_its_own_process(trainable_shards, tmp_path):
+    output = tmp_path / "train"
+    proc = subprocess.run(
+        [sys.executable, "-m", "training.launch", "--num-workers", "1",
+         "--data", trainable_shards, "--output", str(output), "--epochs", "1",
+         "--input-service=local:1", "--cache="],
+        capture_output=True, text=True, timeout=600,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    [line] = [x for x in proc.stdout.splitlines() if x.startswith("[launch] tf.data service")]
+    address = line.split(" at ")[1].split(",")[0]
+    # The trainer used that process's dispatcher, and started no service of its own.
+    assert f"input: through the tf.data service at {address} (" in proc.stdout
+    assert "worker(s) in this process" not in proc.stdout
+    assert json.loads((output / "metrics.json").read_text())["epochs"][0]["epoch"] == 1
