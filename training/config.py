@@ -18,6 +18,7 @@ __all__ = [
     "TrainConfig",
     "add_arguments",
     "config_from_args",
+    "parse_input_service",
     "scaled_learning_rate",
 ]
 
@@ -39,18 +40,19 @@ def scaled_learning_rate(learning_rate: float, global_batch: int) -> float:
     return learning_rate * (global_batch / REFERENCE_BATCH) ** 0.5
 
 
-def _check_input_service(value: str) -> None:
-    """The flag's form, without TensorFlow (training.input_service.parse_service reads it)."""
+def parse_input_service(value: str) -> tuple[str, int]:
+    """--input-service as ("", 0) off, ("", N) start N local workers, or (address, 0)."""
     if not value:
-        return
+        return "", 0
     if value.startswith("local:"):
         count = value.removeprefix("local:")
         if not count.isdigit() or not 1 <= int(count) <= 64:
             raise ConfigError(f"--input-service {value!r}: local:N needs N from 1 to 64")
-        return
+        return "", int(count)
     host, _, port = value.removeprefix("grpc://").rpartition(":")
     if not host or not port.isdigit():
         raise ConfigError(f"--input-service {value!r}: use HOST:PORT, local:N or empty for off")
+    return f"{host}:{port}", 0
 
 
 @dataclass(frozen=True)
@@ -164,7 +166,7 @@ class TrainConfig:
     def __post_init__(self) -> None:
         stageconfig.check(self)
         stageconfig.check_output_folder("--output", self.output)
-        _check_input_service(self.input_service)
+        parse_input_service(self.input_service)
         if self.architecture != "small_cnn" and self.image_size < 32:
             raise ConfigError(f"{self.architecture} needs --image-size >= 32")
 

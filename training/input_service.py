@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 import tensorflow as tf
 
 log = logging.getLogger(__name__)
-LOCAL_PREFIX = "local:"
 
 
 @dataclass
@@ -52,21 +51,6 @@ def start_local(num_workers: int, port: int = 0, work_dir: str | None = None) ->
             service.WorkerServer(service.WorkerConfig(dispatcher_address=local.address))
         )
     return local
-
-
-def parse_service(value: str) -> tuple[str, int]:
-    """("", 0) off, ("", N) start N local workers, (address, 0) use that dispatcher."""
-    if not value:
-        return "", 0
-    if value.startswith(LOCAL_PREFIX):
-        count = value[len(LOCAL_PREFIX) :]
-        if not count.isdigit() or not 1 <= int(count) <= 64:
-            raise ValueError(f"--input-service {value!r}: local:N needs N from 1 to 64")
-        return "", int(count)
-    host, _, port = value.removeprefix("grpc://").rpartition(":")
-    if not host or not port.isdigit():
-        raise ValueError(f"--input-service {value!r}: use HOST:PORT, local:N or empty for off")
-    return f"{host}:{port}", 0
 
 
 def through_service(dataset: tf.data.Dataset, address: str) -> tf.data.Dataset:

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import stageconfig
 from stageconfig import ConfigError
-from training.config import LaunchConfig
+from training.config import LaunchConfig, parse_input_service
 from training.processes import die_with_parent
 from training.worker_env import PREEMPTED_EXIT_CODE, WORKER_ENV
 
@@ -137,8 +137,8 @@ def _local_service_request(train_args: list[str]) -> tuple[list[str], int]:
             value = next(args, "")
         elif arg.startswith("--input-service="):
             value = arg.split("=", 1)[1]
-        if value is not None and value.startswith("local:") and value[6:].isdigit():
-            workers = int(value[6:])
+        if value is not None and value.startswith("local:"):
+            workers = parse_input_service(value)[1]
             continue
         rest.append(arg)
         if value is not None and arg == "--input-service":
@@ -303,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
             pin_cores=config.pin_cores,
             max_restarts=config.max_restarts,
         )
-    except PinningError as err:  # raised before any worker starts
+    except (PinningError, ConfigError) as err:  # raised before any worker starts
         parser.error(str(err))
 
 

@@ -27,11 +27,17 @@ import keras
 import tensorflow as tf
 
 from training import diagnosis
-from training.config import WARMUP_SHARE, ConfigError, TrainConfig, scaled_learning_rate
+from training.config import (
+    WARMUP_SHARE,
+    ConfigError,
+    TrainConfig,
+    parse_input_service,
+    scaled_learning_rate,
+)
 from training.data import InputOptions, build_dataset, cache_choice, synthetic_dataset
 from training.distribute import ClusterInfo, cluster_from_env, make_strategy
 from training.export import export_serving_model
-from training.input_service import parse_service, start_local, through_service
+from training.input_service import start_local, through_service
 from training.model import build_model
 from training.shards import ShardError, ShardSet
 from training.worker_env import PREEMPTED_EXIT_CODE
@@ -132,7 +138,7 @@ class Trainer:
     # ---- data -----------------------------------------------------------------------
     def _input_service(self):
         """(dispatcher address or "", the local servers to keep alive or None)."""
-        address, local_workers = parse_service(self.config.input_service)
+        address, local_workers = parse_input_service(self.config.input_service)
         local = start_local(local_workers) if local_workers else None
         if local:
             address = local.address

@@ -10,7 +10,8 @@ import pytest
 import tensorflow as tf
 
 from training import features
-from training.input_service import parse_service, start_local, through_service
+from training.config import ConfigError, parse_input_service
+from training.input_service import start_local, through_service
 from training.shards import ShardSet
 
 
@@ -34,13 +35,13 @@ def test_two_service_workers_deliver_every_record_exactly_once(trainable_shards)
      ("grpc://10.0.0.2:5050", ("10.0.0.2:5050", 0))],
 )  # fmt: skip
 def test_the_flag_reads_off_local_or_an_address(value, parsed):
-    assert parse_service(value) == parsed
+    assert parse_input_service(value) == parsed
 
 
 @pytest.mark.parametrize("value", ["local:0", "local:x", "svc", "svc:port"])
 def test_a_bad_flag_is_refused_in_one_line(value):
-    with pytest.raises(ValueError, match="--input-service"):
-        parse_service(value)
+    with pytest.raises(ConfigError, match="--input-service"):
+        parse_input_service(value)
 
 
 def test_training_reads_through_local_service_workers(trainable_shards, tmp_path):
