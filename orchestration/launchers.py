@@ -20,6 +20,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from training.config import parse_input_service
 from training.processes import die_with_parent
 from training.worker_env import PREEMPTED_EXIT_CODE, worker_env_list
 
@@ -28,6 +29,8 @@ log = logging.getLogger(__name__)
 LAUNCHERS = ("local", "kubernetes", "vertex")
 TF_PORT = 2222
 TRAIN_COMMAND = ["python", "-m", "training.train"]
+INPUT_SERVICE_COMMAND = ["python", "-m", "training.input_service"]
+INPUT_SERVICE_PORT = 5050
 
 
 class TrainingFailed(RuntimeError):
@@ -117,6 +120,16 @@ def render_kubernetes(
     base = _dns_name(name)
     hosts = [f"{base}-worker-{i}.{base}.{namespace}.svc:{TF_PORT}" for i in range(job.num_workers)]
     labels = {"app.kubernetes.io/name": "imagepipe-trainer", "imagepipe/job": base}
+    service_workers = parse_input_service(str(job.train_flags.get("input_service") or ""))[1]
+    input_manifests: list[dict] = []
+    if service_workers:  # local:N -> its own Deployment + Service beside the trainers
+        input_manifests = _input_service_manifests(
+            f"{base}-input", namespace, image, service_workers, memory
+        )
+        address = f"{base}-input.{namespace}.svc:{INPUT_SERVICE_PORT}"
+        job = TrainingJob(
+            job.data, job.output, job.num_workers, {**job.train_flags, "input_service": address}
+        )
     manifests: list[dict] = [
         {
             "apiVersion": "v1",
@@ -192,7 +205,66 @@ def render_kubernetes(
                 },
             }
         )
-    return manifests
+    return [*input_manifests, *manifests]
+
+
+def _input_service_manifests(
+    name: str, namespace: str, image: str, workers: int, memory: str
+) -> list[dict]:
+    """The tf.data service (`--input-service local:N`) as one pod: a dispatcher behind a
+    Service, N workers that register with the pod's IP (the trainers read from them)."""
+    labels = {"app.kubernetes.io/name": "imagepipe-input-service", "imagepipe/job": name}
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": name, "namespace": namespace, "labels": labels},
+            "spec": {
+                "selector": labels,
+                "ports": [
+                    {"name": "dispatcher", "port": INPUT_SERVICE_PORT,
+                     "targetPort": INPUT_SERVICE_PORT}
+                ],
+            },
+        },
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": name, "namespace": namespace, "labels": labels},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "containers": [
+                            {
+                                "name": "input-service",
+                                "image": image,
+                                "command": INPUT_SERVICE_COMMAND,
+                                "args": [
+                                    "--workers", str(workers),
+                                    "--port", str(INPUT_SERVICE_PORT),
+                                    "--worker-host", "$(POD_IP)",
+                                ],
+                                "env": [
+                                    {"name": "POD_IP",
+                                     "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                                    *worker_env_list(),
+                                ],
+                                "ports": [{"containerPort": INPUT_SERVICE_PORT,
+                                           "name": "dispatcher"}],
+                                "resources": {
+                                    "requests": {"cpu": str(workers), "memory": memory},
+                                    "limits": {"memory": memory},
+                                },
+                            }
+                        ]
+                    },
+                },
+            },
+        },
+    ]  # fmt: skip
 
 
 def render_vertex_custom_job(

@@ -41,6 +41,7 @@ def submit_kubernetes(
         manifests,
         core=client.CoreV1Api(api),
         batch=client.BatchV1Api(api),
+        apps=client.AppsV1Api(api),
         create=lambda manifest: utils.create_from_dict(api, manifest),
         poll_seconds=poll_seconds,
     )
@@ -75,8 +76,27 @@ def _create_if_absent(create, manifest: dict) -> None:
             raise
 
 
+def _delete(manifest: dict, *, core, batch, apps) -> None:
+    """Remove one object; absent already is fine."""
+    from kubernetes import client
+
+    meta, kind = manifest["metadata"], manifest["kind"]
+    try:
+        if kind == "Job":
+            batch.delete_namespaced_job(
+                meta["name"], meta["namespace"], propagation_policy="Foreground"
+            )
+        elif kind == "Deployment":
+            apps.delete_namespaced_deployment(meta["name"], meta["namespace"])
+        else:
+            core.delete_namespaced_service(meta["name"], meta["namespace"])
+    except client.ApiException as err:
+        if err.status != 404:
+            raise
+
+
 def run_kubernetes_jobs(
-    manifests: list[dict], *, core, batch, create, poll_seconds: float = 30.0
+    manifests: list[dict], *, core, batch, create, apps=None, poll_seconds: float = 30.0
 ) -> None:
     """Create the Service and worker Jobs, wait for every Job to succeed, clean up.
 
@@ -87,7 +107,6 @@ def run_kubernetes_jobs(
     when a Job failed or is missing are they all replaced (MultiWorkerMirrored
     workers must start together), and the new ones resume from the checkpoints.
     """
-    from kubernetes import client
 
     jobs = [m for m in manifests if m["kind"] == "Job"]
     names = ", ".join(m["metadata"]["name"] for m in jobs)
@@ -99,21 +118,11 @@ def run_kubernetes_jobs(
     if reattach:
         log.info("reattaching to the training jobs an earlier try submitted: %s", names)
     for manifest in manifests:
-        meta = manifest["metadata"]
         if reattach:  # the running pods resolve each other through the Service: keep it
             if manifest["kind"] != "Job":
                 _create_if_absent(create, manifest)
             continue
-        try:
-            if manifest["kind"] == "Job":
-                batch.delete_namespaced_job(
-                    meta["name"], meta["namespace"], propagation_policy="Foreground"
-                )
-            else:
-                core.delete_namespaced_service(meta["name"], meta["namespace"])
-        except client.ApiException as err:
-            if err.status != 404:
-                raise
+        _delete(manifest, core=core, batch=batch, apps=apps)
     for manifest in manifests:
         if not reattach:
             create(manifest)
@@ -128,15 +137,10 @@ def run_kubernetes_jobs(
                 return
             log.info("training jobs: %d/%d done", done, len(jobs))
             time.sleep(poll_seconds)
-    finally:
+    finally:  # the Services and the input service's Deployment; finished Jobs stay
         for manifest in manifests:
-            if manifest["kind"] == "Service":
-                meta = manifest["metadata"]
-                try:
-                    core.delete_namespaced_service(meta["name"], meta["namespace"])
-                except client.ApiException as err:
-                    if err.status != 404:
-                        raise
+            if manifest["kind"] != "Job":
+                _delete(manifest, core=core, batch=batch, apps=apps)
 
 
 def submit_vertex(

@@ -40,7 +40,9 @@ class LocalService:
         return self.dispatcher.target.split("://", 1)[1]
 
 
-def start_local(num_workers: int, port: int = 0, work_dir: str | None = None) -> LocalService:
+def start_local(
+    num_workers: int, port: int = 0, work_dir: str | None = None, worker_host: str = "localhost"
+) -> LocalService:
     service = tf.data.experimental.service
     dispatcher = service.DispatchServer(
         service.DispatcherConfig(port=port, work_dir=work_dir, fault_tolerant_mode=bool(work_dir))
@@ -48,7 +50,11 @@ def start_local(num_workers: int, port: int = 0, work_dir: str | None = None) ->
     local = LocalService(dispatcher)
     for _ in range(num_workers):
         local.workers.append(
-            service.WorkerServer(service.WorkerConfig(dispatcher_address=local.address))
+            service.WorkerServer(
+                service.WorkerConfig(
+                    dispatcher_address=local.address, worker_address=f"{worker_host}:%port%"
+                )
+            )
         )
     return local
 
@@ -70,10 +76,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--work-dir", default=None, help="Dispatcher journal: a restarted dispatcher resumes."
     )
+    parser.add_argument(
+        "--worker-host",
+        default="localhost",
+        help="Host the trainers reach the workers at (in a pod: its IP; default localhost).",
+    )
     args = parser.parse_args(argv)
     if not 1 <= args.workers <= 64:
         parser.error("--workers must be between 1 and 64")
-    local = start_local(args.workers, args.port, args.work_dir)
+    local = start_local(args.workers, args.port, args.work_dir, args.worker_host)
     print(f"input service: dispatcher {local.address}, {args.workers} worker(s)", flush=True)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

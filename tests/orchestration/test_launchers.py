@@ -104,3 +104,23 @@ def test_every_way_a_worker_starts_sets_the_worker_environment(manifests, tmp_pa
     with out.open("w") as sink:
         assert launch(1, [], python=str(fake), sink=sink) == 0
     assert "bfc=true" in out.read_text()
+
+
+def test_input_service_local_n_becomes_a_deployment_and_service_beside_the_trainers():
+    job = TrainingJob(
+        data="gs://b/shards", output="gs://b/out", num_workers=2,
+        train_flags={"input_service": "local:3"},
+    )  # fmt: skip
+    manifests = render_kubernetes(job, name="run-1", image="trainer:1", namespace="ml")
+    version = kubernetes_validate.latest_version()
+    for manifest in manifests:
+        kubernetes_validate.validate(manifest, version, strict=True)
+    service, deployment = manifests[:2]
+    assert (service["kind"], deployment["kind"]) == ("Service", "Deployment")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == ["python", "-m", "training.input_service"]
+    assert container["args"][:2] == ["--workers", "3"]
+    assert container["args"][-2:] == ["--worker-host", "$(POD_IP)"]  # reachable by trainers
+    for job_manifest in (m for m in manifests if m["kind"] == "Job"):
+        args = job_manifest["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert args[args.index("--input-service") + 1] == "run-1-input.ml.svc:5050"

@@ -26,6 +26,7 @@ class FakeCluster:
     def __init__(self, jobs: dict[str, str], polls_to_finish: int = 2):
         self.jobs = dict(jobs)  # name -> running | succeeded | failed
         self.services: set[str] = set()
+        self.deployments: set[str] = set()
         self.calls: list[tuple[str, str]] = []
         self.polls_left = {name: polls_to_finish for name in jobs}
 
@@ -58,20 +59,30 @@ class FakeCluster:
             raise client.ApiException(status=404)
         self.services.discard(name)
 
+    # AppsV1Api
+    def delete_namespaced_deployment(self, name, namespace):
+        self.calls.append(("delete", name))
+        if name not in self.deployments:
+            raise client.ApiException(status=404)
+        self.deployments.discard(name)
+
     # utils.create_from_dict
     def create(self, manifest):
-        name = manifest["metadata"]["name"]
-        if name in self.jobs or name in self.services:
+        name, kind = manifest["metadata"]["name"], manifest["kind"]
+        existing = {"Job": self.jobs, "Deployment": self.deployments}.get(kind, self.services)
+        if name in existing:
             raise client.ApiException(status=409)
         self.calls.append(("create", name))
-        if manifest["kind"] == "Job":
+        if kind == "Job":
             self.jobs[name] = "running"
             self.polls_left[name] = 2
         else:
-            self.services.add(name)
+            existing.add(name)
 
-    def run(self):
-        run_kubernetes_jobs(MANIFESTS, core=self, batch=self, create=self.create, poll_seconds=0)
+    def run(self, manifests=MANIFESTS):
+        run_kubernetes_jobs(
+            manifests, core=self, batch=self, apps=self, create=self.create, poll_seconds=0
+        )
 
 
 def test_first_try_creates_the_service_and_every_job():
@@ -119,3 +130,16 @@ def test_a_job_failing_while_waited_on_fails_the_task():
         run_kubernetes_jobs(
             MANIFESTS, core=cluster, batch=cluster, create=create_then_fail, poll_seconds=0
         )
+
+
+def test_the_input_service_deployment_is_created_and_removed_with_the_run():
+    manifests = render_kubernetes(
+        TrainingJob(data="gs://b/s", output="gs://b/o", num_workers=2,
+                    train_flags={"input_service": "local:2"}),
+        name="imagepipe-r1", image="trainer:1",
+    )  # fmt: skip
+    cluster = FakeCluster({})
+    cluster.run(manifests)
+    assert ("create", "imagepipe-r1-input") in cluster.calls
+    assert cluster.calls.count(("delete", "imagepipe-r1-input")) >= 2  # before, and at the end
+    assert cluster.services == set() == cluster.deployments
