@@ -149,6 +149,21 @@ def image_model_pipeline():
                 )
         except LauncherConfigError as err:
             raise AirflowFailException(str(err)) from None  # a setting to fix, not to retry
+        if params["reuse_training"]:
+            from orchestration.reuse import find_finished_training, shards_fingerprint
+
+            reused = find_finished_training(
+                params["output_root"],
+                fingerprint=shards_fingerprint(shards["shards_dir"]),
+                train_flags=job.train_flags,
+                num_workers=job.num_workers,
+                exclude=paths.train,
+            )
+            if reused:
+                print(f"reuse_training: {reused} trained on the same shards content with the "
+                      "same parameters and finished; not training again")  # fmt: skip
+                return read_training_result(reused)
+            print("reuse_training: no finished run matches; training")
         if launcher == "kubernetes":
             submit_kubernetes(render_kubernetes(job, name=name, image=TRAINER_IMAGE, **options))
         elif launcher == "vertex":

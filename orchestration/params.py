@@ -122,6 +122,14 @@ def dag_params(*, input_uri: str, output_root: str, model_root: str) -> dict[str
             "section": "Publishing",
             "description": "Published models: <model_root>/<model_name>/<version>/.",
         },
+        "reuse_training": {
+            "default": False,
+            "type": "boolean",
+            "title": "reuse training",
+            "section": "Training",
+            "description": "Skip training when an earlier run finished training on shards with "
+            "the same content fingerprint, with the same parameters and workers: use its model.",
+        },
         "require_approval": {
             "default": False,
             "type": "boolean",

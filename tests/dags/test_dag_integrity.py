@@ -78,6 +78,7 @@ def test_params_have_defaults_descriptions_and_reject_bad_values(parsed):
         "training_options",
         "require_approval",
         "input_service",
+        "reuse_training",
     ):
         assert name in parsed["params"]
     assert parsed["rejected"] == {name: True for name in parsed["rejected"]}
