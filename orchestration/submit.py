@@ -117,14 +117,14 @@ def run_kubernetes_jobs(
     reattach = states <= {"running", "succeeded"}
     if reattach:
         log.info("reattaching to the training jobs an earlier try submitted: %s", names)
-    for manifest in manifests:
-        if reattach:  # the running pods resolve each other through the Service: keep it
+    if reattach:  # the running pods resolve each other through the Service: keep it
+        for manifest in manifests:
             if manifest["kind"] != "Job":
                 _create_if_absent(create, manifest)
-            continue
-        _delete(manifest, core=core, batch=batch, apps=apps)
-    for manifest in manifests:
-        if not reattach:
+    else:
+        for manifest in manifests:
+            _delete(manifest, core=core, batch=batch, apps=apps)
+        for manifest in manifests:
             create(manifest)
     try:
         while True:

@@ -132,17 +132,19 @@ def _local_service_request(train_args: list[str]) -> tuple[list[str], int]:
     """The trainers' flags without `--input-service local:N`, and N (0 when absent)."""
     rest, workers, args = [], 0, iter(train_args)
     for arg in args:
-        value = None
         if arg == "--input-service":
             value = next(args, "")
+            flag = [arg, value]
         elif arg.startswith("--input-service="):
             value = arg.split("=", 1)[1]
-        if value is not None and value.startswith("local:"):
-            workers = parse_input_service(value)[1]
+            flag = [arg]
+        else:
+            rest.append(arg)
             continue
-        rest.append(arg)
-        if value is not None and arg == "--input-service":
-            rest.append(value)
+        if value.startswith("local:"):
+            workers = parse_input_service(value)[1]
+        else:
+            rest += flag
     return rest, workers
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import tensorflow as tf
 
 from shardspec.folder import CallableFiles, FolderMetadata, check_folder
-from shardspec.layout import DEFAULT_COMPRESSION, tf_compression_type
+from shardspec.layout import tf_compression_type
 
 
 class ShardError(ValueError):
@@ -40,8 +40,7 @@ GFILE = CallableFiles(exists=tf.io.gfile.exists, read_bytes=_read_bytes, size=_s
 @dataclass(frozen=True)
 class ShardSet:
     directory: str
-    metadata: dict
-    folder: FolderMetadata | None = None
+    folder: FolderMetadata
 
     @classmethod
     def open(cls, directory: str) -> ShardSet:
@@ -54,17 +53,22 @@ class ShardSet:
         if problems:
             more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
             raise ShardError(f"{directory}: " + "; ".join(problems[:5]) + more)
-        return cls(directory, folder.raw, folder)
+        return cls(directory, folder)
+
+    @property
+    def metadata(self) -> dict:
+        """The whole `metadata.json` (parameters, counts by reason: more than readers need)."""
+        return self.folder.raw
 
     @property
     def shard_root(self) -> str:
         """Where the shard files are: here, or the folder a reused output points at."""
-        return self.metadata.get("location") or self.directory
+        return self.folder.shard_root(self.directory)
 
     def _shards(self):
-        for split in self.metadata.get("splits", {}).values():
-            for shard in split.get("shards", []):
-                yield shard, posixpath.join(self.shard_root, shard["file"])
+        for split in self.folder.splits.values():
+            for shard in split.shards:
+                yield shard, posixpath.join(self.shard_root, shard.file)
 
     def corrupt_files(self) -> list[str]:
         """Shards whose bytes differ from the sha256 in metadata.json (reads every shard)."""
@@ -74,8 +78,8 @@ class ShardSet:
             with tf.io.gfile.GFile(path, "rb") as handle:
                 while chunk := handle.read(1 << 22):
                     digest.update(chunk)
-            if digest.hexdigest() != shard.get("sha256"):
-                corrupt.append(shard["file"])
+            if digest.hexdigest() != shard.sha256:
+                corrupt.append(shard.file)
         return corrupt
 
     def undecodable_records(self, image_size: int, limit: int = 5) -> list[str]:
@@ -94,7 +98,7 @@ class ShardSet:
                 except tf.errors.InvalidArgumentError as err:
                     reason = err.message.strip().splitlines()[0][:160]
                     image_id = example[features.IMAGE_ID].numpy().decode(errors="replace")
-                    found.append(f"{shard['file']}: {image_id!r} ({reason})")
+                    found.append(f"{shard.file}: {image_id!r} ({reason})")
                     if len(found) >= limit:
                         return found
         return found
@@ -103,21 +107,21 @@ class ShardSet:
     def label_names(self) -> list[str]:
         """Name of each class id; "" for ids a custom label map leaves unused."""
         names = [""] * self.num_classes
-        for name, label_id in self.metadata["label_map"].items():
+        for name, label_id in self.folder.label_map.items():
             names[label_id] = name
         return names
 
     @property
     def num_classes(self) -> int:
-        return max(self.metadata["label_map"].values()) + 1
+        return max(self.folder.label_map.values()) + 1
 
     @property
     def compression_type(self) -> str:
-        return tf_compression_type(self.metadata.get("compression", DEFAULT_COMPRESSION))
+        return tf_compression_type(self.folder.compression)
 
     def files(self, split: str) -> list[str]:
-        shards = self.metadata["splits"].get(split, {}).get("shards", [])
-        return [posixpath.join(self.shard_root, shard["file"]) for shard in shards]
+        entry = self.folder.splits.get(split)
+        return [posixpath.join(self.shard_root, s.file) for s in entry.shards] if entry else []
 
     def num_records(self, split: str) -> int:
-        return int(self.metadata["splits"].get(split, {}).get("num_records", 0))
+        return self.folder.num_records(split)
