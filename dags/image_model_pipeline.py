@@ -14,12 +14,12 @@ import datetime as dt
 import os
 import sys
 
-from airflow.providers.apache.beam.operators.beam import BeamRunPythonPipelineOperator
 from airflow.sdk import Asset, Param, dag, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException
 
 from orchestration.approval import PublishApprovalOperator
 from orchestration.beam_options import dataflow_config, shard_job_options
+from orchestration.dataflow_job import ShardImagesOperator
 from orchestration.params import check_run, dag_params, train_flags
 from orchestration.runs import RunPaths, shard_cache_dir
 from stageconfig import ConfigError
@@ -81,14 +81,14 @@ def image_model_pipeline():
         except ConfigError as err:
             raise AirflowFailException(str(err)) from None
 
-    shard_images = BeamRunPythonPipelineOperator(
+    shard_images = ShardImagesOperator(
         task_id="shard_images",
         py_file="beam_jobs.shard_images",
         py_options=["-m"],
         py_interpreter=sys.executable,
         runner="{{ params.beam_runner }}",
         pipeline_options="{{ shard_options(params, run_id) }}",
-        dataflow_config="{{ dataflow_config(params) }}",
+        dataflow_config="{{ dataflow_config(params, run_id) }}",
         retries=1,
         retry_delay=dt.timedelta(minutes=2),
         retry_exponential_backoff=True,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import re
 from collections.abc import Mapping
 
 
@@ -40,13 +42,22 @@ def shard_job_options(params: Mapping, shards_dir: str, cache_dir: str | None = 
 DATAFLOW_REQUIRED = ("project", "region", "temp_location")
 
 
-def dataflow_config(params: Mapping) -> dict:
+def dataflow_job_name(run_id: str, prefix: str = "imagepipe-shard") -> str:
+    """One Dataflow job name per DAG run, readable, matching `[a-z]([-a-z0-9]*[a-z0-9])?`."""
+    slug = re.sub(r"[^a-z0-9]+", "-", run_id.lower()).strip("-")[:38].strip("-")
+    digest = hashlib.sha256(run_id.encode()).hexdigest()[:8]
+    return f"{prefix}-{slug}-{digest}" if slug else f"{prefix}-{digest}"
+
+
+def dataflow_config(params: Mapping, run_id: str) -> dict:
     """The Beam operator's `dataflow_config`, derived from the same `beam_options`.
 
     The operator waits for and links the Dataflow job by `dataflow_config`'s
     project and location, not by the pipeline options; left unset, it would
     poll the default region (us-central1) for a job launched elsewhere. So both
-    are taken from the one place a user sets them. Empty for other runners.
+    are taken from the one place a user sets them. The job's name is the run's,
+    so a retry can never have two jobs of one run active at once. Empty for
+    other runners.
     """
     if params.get("beam_runner") != "DataflowRunner":
         return {}
@@ -57,6 +68,6 @@ def dataflow_config(params: Mapping) -> dict:
     return {
         "project_id": extra["project"],
         "location": extra["region"],
-        "job_name": "imagepipe-shard-images",
-        "append_job_name": True,
+        "job_name": dataflow_job_name(run_id),
+        "append_job_name": False,
     }

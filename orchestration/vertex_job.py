@@ -7,7 +7,9 @@ If the Airflow worker dies while the CustomJob trains, the task's retry would
 otherwise create a second job on the same checkpoints. Airflow's
 `ResumableJobMixin` keeps the job's id in the task's state store; the retry
 reads it and waits for that job when it is still active, returns when it
-already succeeded, and submits anew only after it failed.
+already succeeded, and submits anew only after it failed. The id is forgotten
+when the task succeeds (`orchestration.resumable`), so clearing the task trains
+again.
 """
 
 from __future__ import annotations
@@ -17,14 +19,15 @@ from typing import Any
 
 from airflow.providers.google.cloud.hooks.vertex_ai.custom_job import CustomJobHook
 from airflow.sdk import BaseOperator
-from airflow.sdk.bases.resumablejobmixin import ResumableJobMixin
+
+from orchestration.resumable import RerunnableJobMixin
 
 ACTIVE_STATES = frozenset(
     {"JOB_STATE_QUEUED", "JOB_STATE_PENDING", "JOB_STATE_RUNNING", "JOB_STATE_UPDATING"}
 )
 
 
-class VertexTrainingJobOperator(ResumableJobMixin, BaseOperator):
+class VertexTrainingJobOperator(RerunnableJobMixin, BaseOperator):
     external_id_key = "vertex_custom_job_id"
 
     def __init__(

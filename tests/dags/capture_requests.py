@@ -41,12 +41,18 @@ class FakeTaskInstance:
         recorded.setdefault("xcom", {})[key] = value
 
 
+def launch_beam(*args, process_line_callback, **kwargs):
+    """The launcher prints the job's id as Beam's Dataflow runner does; the operator reads it."""
+    record("beam")(**kwargs)
+    process_line_callback("Created job with id: [2026-12-01_10_00_00-42]")
+
+
 params = {k: dag.params.get_param(k).resolve() for k in dag.params}
 params.update(case["params"])
 context = {"params": params, "run_id": case["run_id"], "ti": FakeTaskInstance()}
 
 with (
-    mock.patch.object(BeamHook, "start_python_pipeline", record("beam")),
+    mock.patch.object(BeamHook, "start_python_pipeline", launch_beam),
     mock.patch.object(DataflowHook, "wait_for_done", record("dataflow_wait")),
     mock.patch("airflow.providers.google.cloud.links.dataflow.DataflowJobLink.persist"),
     mock.patch.object(CustomJobHook, "create_custom_job", record("vertex_create")),
@@ -54,7 +60,7 @@ with (
 ):
     task = dag.get_task("shard_images")
     task.render_template_fields(context)
-    task.execute(context)
+    recorded["shard_images"] = task.execute(context)
 
     options = check_launcher_options("vertex", params["training_options"])
     project, region = options.pop("project"), options.pop("region")

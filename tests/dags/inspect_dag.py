@@ -64,7 +64,7 @@ print(
                 for t in dag.tasks
             },
             "outlets": {t.task_id: [a.name for a in t.outlets] for t in dag.tasks},
-            "shard_operator": type(dag.get_task("shard_images")).__name__,
+            "shard_operator": [c.__name__ for c in type(dag.get_task("shard_images")).__mro__],
             "consumer_schedule": [a.name for a in bag.dags["model_published"].schedule],
         }
     )

@@ -7,7 +7,7 @@ import sys
 import pytest
 from google.cloud.aiplatform_v1.types import CustomJob
 
-from orchestration.beam_options import dataflow_config
+from orchestration.beam_options import dataflow_config, dataflow_job_name
 from orchestration.launchers import (
     LauncherConfigError,
     TrainingJob,
@@ -91,19 +91,21 @@ def test_dataflow_runner_gets_exactly_the_params_options(captured):
         "cache-dir": "gs://acme-pipeline/shard_cache",  # runs reuse unchanged shards
         **BEAM_OPTIONS,
     }
-    assert job_name.startswith("imagepipe-shard-images-")
+    assert job_name == dataflow_job_name(RUN_ID)  # one per run: Dataflow refuses a twin
     assert set(labels) == {"airflow-version"}  # the operator's own label, nothing else
     assert beam["py_file"] == "beam_jobs.shard_images" and beam["py_options"] == ["-m"]
     # The operator waits for the job where it was launched, not in its default region.
     wait = captured["dataflow_wait"]
     assert (wait["project_id"], wait["location"]) == ("acme-ml", "europe-west1")
     assert wait["job_name"] == job_name
+    # ... and for the job the launcher reported, whose id the task returns.
+    assert wait["job_id"] == "2026-12-01_10_00_00-42" == captured["shard_images"]["dataflow_job_id"]
 
 
 def test_dataflow_without_region_or_temp_location_is_a_clear_error():
     with pytest.raises(ValueError, match=r"\['region', 'temp_location'\]"):
-        dataflow_config({"beam_runner": "DataflowRunner", "beam_options": {"project": "p"}})
-    assert dataflow_config({"beam_runner": "DirectRunner", "beam_options": {}}) == {}
+        dataflow_config({"beam_runner": "DataflowRunner", "beam_options": {"project": "p"}}, "r")
+    assert dataflow_config({"beam_runner": "DirectRunner", "beam_options": {}}, "r") == {}
 
 
 def test_vertex_request_is_what_the_operator_sends(captured):

@@ -1,0 +1,91 @@
+"""The sharding operator: a retried task reconnects to the Dataflow job an earlier try launched.
+
+Beam's Python operator launches a new Dataflow job on every try (only its Java
+twin checks for a running job, by name). If the Airflow worker dies while the
+job shards, the retry would start a second job writing the same shards. Here
+the job's id, known as soon as the launcher prints it, goes to the task's
+state store before the wait starts; a retry waits for that job while it is
+active, returns when it finished, and launches anew only after it failed or
+was cancelled. The job's name is also fixed per DAG run
+(`beam_options.dataflow_job_name`),
+and Dataflow refuses a second active job of the same name in a region, which
+closes the moment between launching and storing the id.
+
+Other runners run inside the task's own process and have nothing to reattach
+to: for them this is Beam's operator unchanged.
+"""
+
+from __future__ import annotations
+
+from airflow.providers.apache.beam.operators.beam import BeamRunPythonPipelineOperator
+from airflow.providers.google.cloud.hooks.dataflow import DataflowJobStatus
+from airflow.providers.google.cloud.links.dataflow import DataflowJobLink
+
+from orchestration.resumable import RerunnableJobMixin
+
+# Draining and cancelling jobs are ending, not working: a retry launches anew.
+ACTIVE_STATES = frozenset(
+    {
+        DataflowJobStatus.JOB_STATE_PENDING,
+        DataflowJobStatus.JOB_STATE_QUEUED,
+        DataflowJobStatus.JOB_STATE_RUNNING,
+        DataflowJobStatus.JOB_STATE_STOPPED,  # Dataflow: "not yet started"
+    }
+)
+
+
+class ShardImagesOperator(RerunnableJobMixin, BeamRunPythonPipelineOperator):
+    external_id_key = "dataflow_job_id"
+
+    def execute_on_dataflow(self, context):
+        return self.execute_resumable(context)
+
+    def submit_job(self, context) -> str | None:
+        # Returns as soon as the launcher has printed the job's id.
+        self.beam_hook.start_python_pipeline(
+            variables=self.snake_case_pipeline_options,
+            py_file=self.py_file,
+            py_options=self.py_options,
+            py_interpreter=self.py_interpreter,
+            py_requirements=self.py_requirements,
+            py_system_site_packages=self.py_system_site_packages,
+            process_line_callback=self.process_line_callback,
+            is_dataflow_job_id_exist_callback=self.is_dataflow_job_id_exist_callback,
+        )
+        self.log.info("launched Dataflow job %s (%s)", self.dataflow_job_id, self.dataflow_job_name)
+        return self.dataflow_job_id
+
+    def get_job_status(self, external_id, context) -> str:
+        job = self.dataflow_hook.get_job(
+            job_id=external_id,
+            project_id=self.dataflow_config.project_id,
+            location=self.dataflow_config.location,
+        )
+        return job.get("currentState", DataflowJobStatus.JOB_STATE_UNKNOWN)
+
+    def is_job_active(self, status: str) -> bool:
+        return status in ACTIVE_STATES
+
+    def is_job_succeeded(self, status: str) -> bool:
+        return status == DataflowJobStatus.JOB_STATE_DONE
+
+    def poll_until_complete(self, external_id, context) -> dict:
+        self.dataflow_job_id = external_id
+        DataflowJobLink.persist(
+            context=context,
+            region=self.dataflow_config.location,
+            job_id=external_id,
+            project_id=self.dataflow_config.project_id,
+        )
+        # Raises when the job fails or is cancelled.
+        self.dataflow_hook.wait_for_done(
+            job_name=self.dataflow_job_name,
+            location=self.dataflow_config.location,
+            job_id=external_id,
+            project_id=self.dataflow_config.project_id,
+        )
+        return self.get_job_result(external_id, context)
+
+    def get_job_result(self, external_id, context) -> dict:
+        self.dataflow_job_id = external_id
+        return {"dataflow_job_id": external_id}

@@ -1,0 +1,128 @@
+"""A retried `shard_images` task reconnects to the Dataflow job an earlier try launched.
+
+Beam's own operator is run with its two network edges replaced by recorders:
+the launcher subprocess (which prints the new job's id, as Beam's Dataflow
+runner does) and the Dataflow API (job state, wait). The task's state store is
+the dict the task runner would hand over.
+"""
+
+from types import SimpleNamespace
+
+import pytest
+from airflow.providers.apache.beam.hooks.beam import BeamHook
+from airflow.providers.google.cloud.hooks.dataflow import DataflowHook
+from airflow.providers.google.cloud.links.dataflow import DataflowJobLink
+
+from orchestration.beam_options import dataflow_config, dataflow_job_name
+from orchestration.dataflow_job import ShardImagesOperator
+from tests.orchestration.state_store import StateStore
+
+RUN_ID = "scheduled__2026-12-03T00:00:00+00:00"
+PARAMS = {
+    "beam_runner": "DataflowRunner",
+    "beam_options": {"project": "acme", "region": "europe-west1", "temp_location": "gs://t/tmp"},
+}
+FORGET = ("forget", "dataflow_job_id")
+
+
+class FakeDataflow:
+    """Jobs by id -> state; launching prints the id the way Beam's Dataflow runner logs it."""
+
+    def __init__(self, states: dict[str, str], events: list):
+        self.states = states
+        self.events = events
+        self.names: list[str] = []
+
+    def launch(self, *, variables, process_line_callback, **_):
+        job_id = f"2026-12-03_00_00_00-{len(self.states)}"
+        self.states[job_id] = "JOB_STATE_PENDING"
+        self.names.append(variables["job_name"])
+        self.events.append(("launch", variables["job_name"]))
+        process_line_callback(f"INFO:apache_beam.runners.dataflow: Created job with id: [{job_id}]")
+
+    def get_job(self, *, job_id, project_id, location):
+        assert (project_id, location) == ("acme", "europe-west1")
+        return {"id": job_id, "currentState": self.states[job_id]}
+
+    def wait_for_done(self, *, job_name, location, job_id, project_id, **_):
+        self.events.append(("wait", job_id))
+        self.states[job_id] = "JOB_STATE_DONE"
+
+
+@pytest.fixture
+def run(monkeypatch):
+    def run(states: dict[str, str], store: StateStore) -> tuple[FakeDataflow, dict]:
+        fake = FakeDataflow(states, store.events)
+        # A keyless connection (credentials would come from ADC), as on Composer/GKE.
+        monkeypatch.setenv("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", "google-cloud-platform://")
+        monkeypatch.setattr(BeamHook, "start_python_pipeline", fake.launch)
+        monkeypatch.setattr(DataflowHook, "get_job", fake.get_job)
+        monkeypatch.setattr(DataflowHook, "wait_for_done", fake.wait_for_done)
+        monkeypatch.setattr(DataflowJobLink, "persist", lambda **_: None)
+        operator = ShardImagesOperator(
+            task_id="shard_images",
+            py_file="beam_jobs.shard_images",
+            py_options=["-m"],
+            runner="DataflowRunner",
+            pipeline_options={"input": "gs://in", "output": "gs://out"},
+            dataflow_config=dataflow_config(PARAMS, RUN_ID),
+        )
+        pushed: dict = {}
+        push = lambda key, value: pushed.update({key: value})  # noqa: E731
+        ti = SimpleNamespace(stats_tags={}, xcom_push=push)
+        result = operator.execute({"task_state_store": store, "ti": ti})
+        # The job's id also goes to XCom, where the UI's Dataflow link reads it.
+        assert pushed == {"dataflow_job_id": result["dataflow_job_id"]}
+        return fake, result
+
+    return run
+
+
+def test_first_try_stores_the_job_id_before_waiting(run):
+    store = StateStore()
+    _, result = run({}, store)
+    job = result["dataflow_job_id"]
+    name = dataflow_job_name(RUN_ID)
+    assert store.events == [("launch", name), ("store", job), ("wait", job), FORGET]
+
+
+@pytest.mark.parametrize("state", ["JOB_STATE_RUNNING", "JOB_STATE_PENDING", "JOB_STATE_QUEUED"])
+def test_a_retry_waits_for_the_active_job_instead_of_launching_another(run, state):
+    store = StateStore(dataflow_job_id="j1")
+    _, result = run({"j1": state}, store)
+    assert store.events == [("wait", "j1"), FORGET] and result["dataflow_job_id"] == "j1"
+
+
+def test_a_retry_after_the_job_finished_neither_launches_nor_waits(run):
+    store = StateStore(dataflow_job_id="j1")
+    _, result = run({"j1": "JOB_STATE_DONE"}, store)
+    assert store.events == [FORGET] and result["dataflow_job_id"] == "j1"
+
+
+@pytest.mark.parametrize("state", ["JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_DRAINING"])
+def test_a_retry_after_the_job_failed_launches_a_new_one(run, state):
+    store = StateStore(dataflow_job_id="j1")
+    _, result = run({"j1": state}, store)
+    job = result["dataflow_job_id"]
+    assert job != "j1"
+    name = dataflow_job_name(RUN_ID)  # the same name: the failed job is no longer active
+    assert store.events == [("launch", name), ("store", job), ("wait", job), FORGET]
+
+
+def test_clearing_a_succeeded_task_shards_again_under_the_same_name(run):
+    store, states = StateStore(), {}
+    first, _ = run(states, store)
+    second, _ = run(states, store)
+    assert len(states) == 2 and first.names == second.names == [dataflow_job_name(RUN_ID)]
+
+
+def test_job_names_are_valid_for_dataflow_and_one_per_run():
+    names = {
+        dataflow_job_name(run_id)
+        for run_id in (RUN_ID, "manual__2026-12-03T00:00:00+00:00", "Ünïcode run", "___", "x" * 300)
+    }
+    assert len(names) == 5
+    for name in names:
+        assert DataflowHook.build_dataflow_job_name(name, append_job_name=False) == name
+        assert len(name) <= 64
+    assert dataflow_job_name(RUN_ID) == dataflow_job_name(RUN_ID)
