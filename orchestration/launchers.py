@@ -18,9 +18,9 @@ import re
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from training.config import parse_input_service
+from training.config import CLUSTER_INPUT_SERVICE, parse_input_service
 from training.processes import die_with_parent
 from training.worker_env import PREEMPTED_EXIT_CODE, worker_env_list
 
@@ -58,6 +58,10 @@ class TrainingJob:
             elif value is not None:
                 args.extend([flag, str(value)])
         return args
+
+    def with_input_service(self, address: str) -> TrainingJob:
+        """The same job, its trainers pointed at a tf.data service the launcher started."""
+        return replace(self, train_flags={**self.train_flags, "input_service": address})
 
 
 def run_local(
@@ -126,10 +130,7 @@ def render_kubernetes(
         input_manifests = _input_service_manifests(
             f"{base}-input", namespace, image, service_workers, memory
         )
-        address = f"{base}-input.{namespace}.svc:{INPUT_SERVICE_PORT}"
-        job = TrainingJob(
-            job.data, job.output, job.num_workers, {**job.train_flags, "input_service": address}
-        )
+        job = job.with_input_service(f"{base}-input.{namespace}.svc:{INPUT_SERVICE_PORT}")
     manifests: list[dict] = [
         {
             "apiVersion": "v1",
@@ -278,6 +279,7 @@ def render_vertex_custom_job(
     service_account: str | None = None,
     network: str | None = None,
     boot_disk_size_gb: int = 100,
+    input_machine_type: str = "n1-highcpu-16",
 ) -> dict:
     """A Vertex AI CustomJob (as the API's JSON) for N workers.
 
@@ -287,12 +289,20 @@ def render_vertex_custom_job(
     one dies, which MultiWorkerMirroredStrategy needs (its collectives cannot
     take a lone newcomer); the restarted job resumes from the checkpoints
     under `job.output`, which must be gs://.
+
+    `input_service: local:M` adds pool 2: one `input_machine_type` replica
+    running the tf.data service's dispatcher and M workers. Vertex lists it in
+    `TF_CONFIG` as the `ps` task; the trainers take `--input-service cluster`
+    and read its address there (and keep it out of their collectives).
     """
     for path in (job.data, job.output):
         if not path.startswith("gs://"):
             raise LauncherConfigError(
                 f"Vertex AI workers only see gs:// paths, not {path!r}: set output_root to gs://"
             )
+    service_workers = parse_input_service(str(job.train_flags.get("input_service") or ""))[1]
+    if service_workers:
+        job = job.with_input_service(CLUSTER_INPUT_SERVICE)
     machine: dict = {"machine_type": machine_type}
     if accelerator_count:
         if not accelerator_type:
@@ -312,6 +322,22 @@ def render_vertex_custom_job(
     pools = [{**pool, "replica_count": 1}]
     if job.num_workers > 1:
         pools.append({**pool, "replica_count": job.num_workers - 1})
+    if service_workers:
+        if len(pools) == 1:
+            pools.append({})  # Vertex AI: an empty spec leaves pool 1 out
+        pools.append(
+            {
+                "machine_spec": {"machine_type": input_machine_type},
+                "replica_count": 1,
+                "container_spec": {
+                    "image_uri": image,
+                    "command": INPUT_SERVICE_COMMAND,
+                    "args": ["--workers", str(service_workers), "--from-tf-config"],
+                    "env": worker_env_list(),
+                },
+                "disk_spec": pool["disk_spec"],
+            }
+        )
     spec: dict = {
         "worker_pool_specs": pools,
         "scheduling": {"restart_job_on_worker_restart": True},
@@ -347,6 +373,7 @@ LAUNCHER_OPTIONS = {
         "service_account",
         "network",
         "boot_disk_size_gb",
+        "input_machine_type",
     },
 }
 

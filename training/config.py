@@ -40,10 +40,18 @@ def scaled_learning_rate(learning_rate: float, global_batch: int) -> float:
     return learning_rate * (global_batch / REFERENCE_BATCH) ** 0.5
 
 
+CLUSTER_INPUT_SERVICE = "cluster"  # the TF_CONFIG cluster's `ps` task (Vertex AI's pool 2)
+
+
 def parse_input_service(value: str) -> tuple[str, int]:
-    """--input-service as ("", 0) off, ("", N) start N local workers, or (address, 0)."""
+    """--input-service as ("", 0) off, ("", N) start N local workers, or (address, 0).
+
+    The address may be CLUSTER_INPUT_SERVICE, resolved by the trainer from TF_CONFIG.
+    """
     if not value:
         return "", 0
+    if value == CLUSTER_INPUT_SERVICE:
+        return value, 0
     if value.startswith("local:"):
         count = value.removeprefix("local:")
         if not count.isdigit() or not 1 <= int(count) <= 64:
@@ -51,7 +59,9 @@ def parse_input_service(value: str) -> tuple[str, int]:
         return "", int(count)
     host, _, port = value.removeprefix("grpc://").rpartition(":")
     if not host or not port.isdigit():
-        raise ConfigError(f"--input-service {value!r}: use HOST:PORT, local:N or empty for off")
+        raise ConfigError(
+            f"--input-service {value!r}: use HOST:PORT, local:N, cluster or empty for off"
+        )
     return f"{host}:{port}", 0
 
 
@@ -151,8 +161,9 @@ class TrainConfig:
     input_service: str = param(
         "",
         help="tf.data service for the training input: empty for off, HOST:PORT of a "
-        "dispatcher (python -m training.input_service), or local:N to start one with N "
-        "workers in this process. The order is then not deterministic: a resumed run "
+        "dispatcher (python -m training.input_service), local:N to start one with N "
+        "workers beside the trainers (its own process, pod or Vertex AI pool), or cluster "
+        "for TF_CONFIG's ps task. The order is then not deterministic: a resumed run "
         "restarts its input",
         section="Training",
     )

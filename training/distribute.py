@@ -3,7 +3,8 @@
 Reads the standard `TF_CONFIG` (set by our local launcher, Kubernetes
 manifests, Vertex AI, or Kubeflow's TFJob). The chief is the task of type
 "chief" where the cluster has one (Vertex AI names its first replica so),
-otherwise worker 0.
+otherwise worker 0. A `ps` task (Vertex AI's third worker pool) is not a
+trainer here: it is where the tf.data service runs (`--input-service cluster`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ class ClusterInfo:
     task_index: int
     num_workers: int  # chief + workers: the processes that train
     has_chief: bool = False
+    trainers: dict | None = None  # TF_CONFIG's chief and worker tasks
+    input_service: str = ""  # TF_CONFIG's first `ps` task: the tf.data service dispatcher
 
     @property
     def is_chief(self) -> bool:
@@ -51,9 +54,15 @@ def cluster_from_env(environ: dict | None = None) -> ClusterInfo:
         task_type, task_index = task["type"], int(task["index"])
     except (ValueError, KeyError, TypeError) as err:
         raise ValueError(f"TF_CONFIG is not valid: {err}") from None
-    num_workers = len(cluster.get("chief", [])) + len(cluster.get("worker", []))
+    trainers = {job: list(cluster[job]) for job in ("chief", "worker") if cluster.get(job)}
+    num_workers = sum(len(tasks) for tasks in trainers.values())
     return ClusterInfo(
-        task_type, task_index, max(1, num_workers), has_chief=bool(cluster.get("chief"))
+        task_type,
+        task_index,
+        max(1, num_workers),
+        has_chief="chief" in trainers,
+        trainers=trainers,
+        input_service=(cluster.get("ps") or [""])[0],
     )
 
 
@@ -66,9 +75,10 @@ def make_strategy(cluster: ClusterInfo) -> tf.distribute.Strategy:
     if cluster.multi_worker:
         communication = tf.distribute.experimental.CommunicationImplementation.AUTO
         strategy = tf.distribute.MultiWorkerMirroredStrategy(
+            cluster_resolver=_trainers_only(cluster),
             communication_options=tf.distribute.experimental.CommunicationOptions(
                 implementation=communication
-            )
+            ),
         )
     elif len(tf.config.list_physical_devices("GPU")) > 1:
         strategy = tf.distribute.MirroredStrategy()
@@ -81,3 +91,21 @@ def make_strategy(cluster: ClusterInfo) -> tf.distribute.Strategy:
         strategy.num_replicas_in_sync,
     )
     return strategy
+
+
+def _trainers_only(cluster: ClusterInfo):
+    """The cluster without its `ps` task, or None (the strategy reads TF_CONFIG) when it has none.
+
+    MultiWorkerMirroredStrategy would make a `ps` task the leader of its
+    coordination service (`multi_worker_util.coordination_leader`); ours is a
+    tf.data dispatcher that speaks no such protocol, and the trainers would wait
+    for it forever.
+    """
+    if not cluster.input_service:
+        return None
+    return tf.distribute.cluster_resolver.SimpleClusterResolver(
+        tf.train.ClusterSpec(cluster.trainers),
+        task_type=cluster.task_type,
+        task_id=cluster.task_index,
+        rpc_layer="grpc",
+    )

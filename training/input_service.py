@@ -1,10 +1,14 @@
 """tf.data service: the input pipeline on separate CPU workers instead of the trainer's cores.
 
     python -m training.input_service --workers N [--port P] [--work-dir DIR]
+    python -m training.input_service --workers N --from-tf-config
 
 Starts a dispatcher and N workers in this process and serves until stopped (the
 trainers then take `--input-service HOST:P`); `--input-service local:N` makes a
-trainer start its own. The trainer sends its whole training pipeline (read,
+trainer start its own. With `--from-tf-config` it takes its host and port from
+its own task in TF_CONFIG: on Vertex AI it runs as the job's third worker pool,
+which Vertex lists as the `ps` task, and the trainers find it there
+(`--input-service cluster`). The trainer sends its whole training pipeline (read,
 decode, augment, batch) with the DYNAMIC sharding policy: the dispatcher hands
 out the trainer's shard files one at a time to whichever worker asks, so every
 record is read at most once per pass; a worker that dies loses the records of
@@ -17,7 +21,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -69,6 +75,17 @@ def through_service(dataset: tf.data.Dataset, address: str) -> tf.data.Dataset:
     )
 
 
+def own_address(tf_config: str) -> tuple[str, int]:
+    """(host, port) of the task TF_CONFIG says this process is."""
+    try:
+        config = json.loads(tf_config)
+        task = config["task"]
+        host, _, port = config["cluster"][task["type"]][int(task["index"])].rpartition(":")
+        return host, int(port)
+    except (ValueError, KeyError, IndexError, TypeError) as err:
+        raise ValueError(f"TF_CONFIG gives no address for this task ({err!r})") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m training.input_service", description=__doc__)
     parser.add_argument("--workers", type=int, default=1, help="Service workers (default 1).")
@@ -81,9 +98,19 @@ def main(argv: list[str] | None = None) -> int:
         default="localhost",
         help="Host the trainers reach the workers at (in a pod: its IP; default localhost).",
     )
+    parser.add_argument(
+        "--from-tf-config",
+        action="store_true",
+        help="Serve at this task's own address in TF_CONFIG (a Vertex AI worker pool).",
+    )
     args = parser.parse_args(argv)
     if not 1 <= args.workers <= 64:
         parser.error("--workers must be between 1 and 64")
+    if args.from_tf_config:
+        try:
+            args.worker_host, args.port = own_address(os.environ.get("TF_CONFIG", ""))
+        except ValueError as err:
+            parser.error(f"--from-tf-config: {err}")
     local = start_local(args.workers, args.port, args.work_dir, args.worker_host)
     print(f"input service: dispatcher {local.address}, {args.workers} worker(s)", flush=True)
     stop = threading.Event()

@@ -28,6 +28,7 @@ import tensorflow as tf
 
 from training import diagnosis
 from training.config import (
+    CLUSTER_INPUT_SERVICE,
     WARMUP_SHARE,
     ConfigError,
     TrainConfig,
@@ -139,6 +140,10 @@ class Trainer:
     def _input_service(self):
         """(dispatcher address or "", the local servers to keep alive or None)."""
         address, local_workers = parse_input_service(self.config.input_service)
+        if address == CLUSTER_INPUT_SERVICE:
+            address = self.cluster.input_service
+            if not address:
+                raise ConfigError("--input-service cluster: TF_CONFIG's cluster has no ps task")
         local = start_local(local_workers) if local_workers else None
         if local:
             address = local.address

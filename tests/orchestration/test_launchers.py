@@ -3,7 +3,7 @@ import json
 import kubernetes_validate
 import pytest
 
-from orchestration.launchers import TrainingJob, render_kubernetes
+from orchestration.launchers import TrainingJob, render_kubernetes, render_vertex_custom_job
 from tests.dags.airflow_env import REPO
 from training.worker_env import PREEMPTED_EXIT_CODE
 
@@ -124,3 +124,37 @@ def test_input_service_local_n_becomes_a_deployment_and_service_beside_the_train
     for job_manifest in (m for m in manifests if m["kind"] == "Job"):
         args = job_manifest["spec"]["template"]["spec"]["containers"][0]["args"]
         assert args[args.index("--input-service") + 1] == "run-1-input.ml.svc:5050"
+
+
+@pytest.mark.parametrize("num_workers", [1, 3])
+def test_input_service_local_n_becomes_vertex_pool_2_which_the_trainers_find_as_ps(num_workers):
+    from google.cloud.aiplatform_v1.types import CustomJob
+
+    job = TrainingJob(
+        data="gs://b/shards", output="gs://b/out", num_workers=num_workers,
+        train_flags={"input_service": "local:4"},
+    )  # fmt: skip
+    custom_job = render_vertex_custom_job(
+        job, display_name="run-1", image="trainer:1", input_machine_type="n2-highcpu-8"
+    )
+    CustomJob(custom_job)  # the API's own message type accepts it
+    pools = custom_job["job_spec"]["worker_pool_specs"]
+    assert len(pools) == 3  # Vertex lists pool 2 in TF_CONFIG as `ps`, whatever pool 1 holds
+    if num_workers == 1:
+        assert pools[1] == {}  # an empty spec leaves pool 1 out
+    service = pools[2]
+    assert service["replica_count"] == 1
+    assert service["machine_spec"] == {"machine_type": "n2-highcpu-8"}
+    assert service["container_spec"]["command"] == ["python", "-m", "training.input_service"]
+    assert service["container_spec"]["args"] == ["--workers", "4", "--from-tf-config"]
+    for trainers in filter(None, pools[:2]):
+        args = trainers["container_spec"]["args"]
+        assert args[args.index("--input-service") + 1] == "cluster"
+
+
+def test_vertex_without_input_service_has_no_service_pool():
+    job = TrainingJob(data="gs://b/shards", output="gs://b/out", num_workers=1)
+    pools = render_vertex_custom_job(job, display_name="r", image="t:1")["job_spec"][
+        "worker_pool_specs"
+    ]
+    assert len(pools) == 1 and "--input-service" not in pools[0]["container_spec"]["args"]

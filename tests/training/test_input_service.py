@@ -32,7 +32,7 @@ def test_two_service_workers_deliver_every_record_exactly_once(trainable_shards)
 @pytest.mark.parametrize(
     ("value", "parsed"),
     [("", ("", 0)), ("local:2", ("", 2)), ("svc:5050", ("svc:5050", 0)),
-     ("grpc://10.0.0.2:5050", ("10.0.0.2:5050", 0))],
+     ("grpc://10.0.0.2:5050", ("10.0.0.2:5050", 0)), ("cluster", ("cluster", 0))],
 )  # fmt: skip
 def test_the_flag_reads_off_local_or_an_address(value, parsed):
     assert parse_input_service(value) == parsed
@@ -75,3 +75,37 @@ def test_the_launcher_runs_the_service_as_its_own_process(trainable_shards, tmp_
     assert f"input: through the tf.data service at {address} (" in proc.stdout
     assert "worker(s) in this process" not in proc.stdout
     assert json.loads((output / "metrics.json").read_text())["epochs"][0]["epoch"] == 1
+
+
+def test_trainers_find_the_service_in_tf_config_as_on_vertex(trainable_shards, tmp_path):
+    """Vertex AI's layout, on localhost: a chief and a worker train, and the job's third pool
+    (TF_CONFIG's `ps` task) serves their input. The `ps` task must stay out of the
+    trainers' collectives: MultiWorkerMirroredStrategy would otherwise make it the leader
+    of its coordination service and wait for it forever."""
+    from training.launch import free_ports
+
+    chief, worker, ps = (f"localhost:{p}" for p in free_ports(3))
+    cluster = {"chief": [chief], "worker": [worker], "ps": [ps]}
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+
+    def start(task: str, command: list[str]) -> subprocess.Popen:
+        tf_config = json.dumps({"cluster": cluster, "task": {"type": task, "index": 0}})
+        return subprocess.Popen(
+            [sys.executable, "-m", *command], env={**env, "TF_CONFIG": tf_config},
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+
+    service = start("ps", ["training.input_service", "--workers", "1", "--from-tf-config"])
+    train = ["training.train", "--data", trainable_shards, "--output", str(tmp_path / "train"),
+             "--epochs", "1", "--input-service", "cluster", "--cache="]  # fmt: skip
+    trainers = [start("chief", train), start("worker", train)]
+    try:
+        outputs = [t.communicate(timeout=600)[0] for t in trainers]
+    finally:
+        for proc in (*trainers, service):
+            proc.kill()
+    assert [t.returncode for t in trainers] == [0, 0], outputs[0][-3000:] + outputs[1][-3000:]
+    for out in outputs:
+        assert f"input: through the tf.data service at {ps} (" in out
+        assert "with 2 replica(s) in sync" in out, out[-5000:]
+    assert (tmp_path / "train" / "model").is_dir()
