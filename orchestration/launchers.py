@@ -213,7 +213,11 @@ def _input_service_manifests(
     name: str, namespace: str, image: str, workers: int, memory: str
 ) -> list[dict]:
     """The tf.data service (`--input-service local:N`) as one pod: a dispatcher behind a
-    Service, N workers that register with the pod's IP (the trainers read from them)."""
+    Service, N workers that register with the pod's IP (the trainers read from them).
+
+    A crashed container restarts in the same pod at the same addresses (the workers'
+    ports follow the dispatcher's) with the dispatcher's journal, so the trainers carry
+    on, losing at most the unread part of the files the workers had in hand."""
     labels = {"app.kubernetes.io/name": "imagepipe-input-service", "imagepipe/job": name}
     return [
         {
@@ -247,7 +251,9 @@ def _input_service_manifests(
                                     "--workers", str(workers),
                                     "--port", str(INPUT_SERVICE_PORT),
                                     "--worker-host", "$(POD_IP)",
+                                    "--work-dir", "/journal",
                                 ],
+                                "volumeMounts": [{"name": "journal", "mountPath": "/journal"}],
                                 "env": [
                                     {"name": "POD_IP",
                                      "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
@@ -260,7 +266,11 @@ def _input_service_manifests(
                                     "limits": {"memory": memory},
                                 },
                             }
-                        ]
+                        ],
+                        # Outlives a container restart (same pod, same IP, same ports):
+                        # the restarted dispatcher resumes from it and the trainers
+                        # carry on (tests/training/test_input_service.py).
+                        "volumes": [{"name": "journal", "emptyDir": {}}],
                     },
                 },
             },

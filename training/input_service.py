@@ -54,11 +54,15 @@ def start_local(
         service.DispatcherConfig(port=port, work_dir=work_dir, fault_tolerant_mode=bool(work_dir))
     )
     local = LocalService(dispatcher)
-    for _ in range(num_workers):
+    for index in range(num_workers):
         local.workers.append(
             service.WorkerServer(
                 service.WorkerConfig(
-                    dispatcher_address=local.address, worker_address=f"{worker_host}:%port%"
+                    dispatcher_address=local.address,
+                    # A fixed port after the dispatcher's: restarted, the worker is the same
+                    # worker to the dispatcher and the trainers, which then carry on.
+                    port=port + 1 + index if port else 0,
+                    worker_address=f"{worker_host}:%port%",
                 )
             )
         )

@@ -120,7 +120,13 @@ def test_input_service_local_n_becomes_a_deployment_and_service_beside_the_train
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     assert container["command"] == ["python", "-m", "training.input_service"]
     assert container["args"][:2] == ["--workers", "3"]
-    assert container["args"][-2:] == ["--worker-host", "$(POD_IP)"]  # reachable by trainers
+    args = container["args"]
+    assert args[args.index("--worker-host") + 1] == "$(POD_IP)"  # reachable by trainers
+    # The dispatcher's journal outlives a container restart: the trainers carry on.
+    assert args[args.index("--work-dir") + 1] == "/journal"
+    volume = deployment["spec"]["template"]["spec"]["volumes"][0]
+    assert volume == {"name": "journal", "emptyDir": {}}
+    assert container["volumeMounts"] == [{"name": "journal", "mountPath": "/journal"}]
     for job_manifest in (m for m in manifests if m["kind"] == "Job"):
         args = job_manifest["spec"]["template"]["spec"]["containers"][0]["args"]
         assert args[args.index("--input-service") + 1] == "run-1-input.ml.svc:5050"
