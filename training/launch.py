@@ -11,20 +11,22 @@ Workers that exit with PREEMPTED_EXIT_CODE (all saved a checkpoint at the same s
 after one got SIGTERM) are restarted, all of them, up to --max-restarts times.
 With `--input-service local:N` the launcher starts the tf.data service (a
 dispatcher and N workers, `python -m training.input_service`) as a process of its
-own, on the core after the trainers' with --pin-cores, and points every trainer
-at it.
+own, on the core after the trainers' with --pin-cores, points every trainer at
+it, and restarts it at the same address if it dies.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -115,17 +117,16 @@ def launch(
     if pin_cores and num_workers > len(cores):
         raise PinningError(f"--pin-cores: cannot pin {num_workers} workers to {len(cores)} cores")
     train_args, service_workers = _local_service_request(train_args)
-    service = None
-    if service_workers:
-        core = cores[num_workers] if pin_cores and len(cores) > num_workers else None
-        service, address = _start_service(python, service_workers, core, sink)
-        train_args = [*train_args, "--input-service", address]
-    try:
+    if not service_workers:
         return _attempts(num_workers, train_args, python, sink, cores, pin_cores, max_restarts)
-    finally:
-        if service is not None and service.poll() is None:
-            service.terminate()
-            service.wait(timeout=30)
+    core = cores[num_workers] if pin_cores and len(cores) > num_workers else None
+    with tempfile.TemporaryDirectory(prefix="imagepipe-input-journal-") as journal:
+        service = SupervisedService(python, service_workers, core, sink, journal)
+        train_args = [*train_args, "--input-service", service.address]
+        try:
+            return _attempts(num_workers, train_args, python, sink, cores, pin_cores, max_restarts)
+        finally:
+            service.stop()
 
 
 def _local_service_request(train_args: list[str]) -> tuple[list[str], int]:
@@ -148,30 +149,87 @@ def _local_service_request(train_args: list[str]) -> tuple[list[str], int]:
     return rest, workers
 
 
-def _start_service(python: str, workers: int, core: int | None, sink):
-    process = subprocess.Popen(
-        [python, "-m", "training.input_service", "--workers", str(workers)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        preexec_fn=die_with_parent(
-            (lambda: os.sched_setaffinity(0, {core})) if core is not None else None
-        ),
-    )
-    for line in process.stdout:
-        if line.startswith("input service: dispatcher "):
-            address = line.split()[3].rstrip(",")
-            break
-    else:
-        raise RuntimeError(f"the tf.data service did not start (exit {process.wait()})")
-    threading.Thread(target=_drain, args=(process.stdout,), daemon=True).start()
-    where = f" on core {core}" if core is not None else ""
-    sink.write(
-        f"[launch] tf.data service pid {process.pid} at {address}, {workers} worker(s){where}\n"
-    )
-    sink.flush()
-    return process, address
+class SupervisedService:
+    """The tf.data service as a process of its own, restarted at the same address if it dies.
+
+    Its dispatcher listens on a fixed port with its workers on the next ones and
+    keeps a journal, so a restarted service is the same service to the trainers,
+    which carry on (losing at most the unread part of the files in hand); a
+    service that stayed down would stall them.
+    """
+
+    def __init__(self, python: str, workers: int, core: int | None, sink, journal: str):
+        port = free_port_block(workers + 1)
+        self.address = f"localhost:{port}"
+        self.command = [python, "-m", "training.input_service", "--workers", str(workers),
+                        "--port", str(port), "--work-dir", journal]  # fmt: skip
+        self.core, self.sink, self.restarts = core, sink, 0
+        self._stopping = threading.Event()
+        self.process = self._start()
+        where = f" on core {core}" if core is not None else ""
+        sink.write(
+            f"[launch] tf.data service pid {self.process.pid} at {self.address}, "
+            f"{workers} worker(s){where}\n"
+        )
+        sink.flush()
+        threading.Thread(target=self._watch, daemon=True).start()
+
+    def _start(self) -> subprocess.Popen:
+        core = self.core
+        process = subprocess.Popen(
+            self.command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            preexec_fn=die_with_parent(
+                (lambda: os.sched_setaffinity(0, {core})) if core is not None else None
+            ),
+        )
+        for line in process.stdout:
+            if line.startswith("input service: dispatcher "):
+                break
+        else:
+            raise RuntimeError(f"the tf.data service did not start (exit {process.wait()})")
+        threading.Thread(target=_drain, args=(process.stdout,), daemon=True).start()
+        return process
+
+    def _watch(self) -> None:
+        while not self._stopping.is_set():
+            code = self.process.wait()
+            if self._stopping.is_set():
+                return
+            self.restarts += 1
+            self.sink.write(
+                f"[launch] tf.data service exited ({code}); restarting it at {self.address}\n"
+            )
+            self.sink.flush()
+            try:
+                self.process = self._start()
+            except RuntimeError as err:
+                self.sink.write(f"[launch] {err}\n")
+                return
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=30)
+
+
+def free_port_block(count: int, attempts: int = 50) -> int:
+    """A port P with P .. P+count-1 all free now (the dispatcher's, then its workers')."""
+    for _ in range(attempts):
+        [first] = free_ports(1)
+        try:
+            with contextlib.ExitStack() as held:
+                for port in range(first, first + count):
+                    sock = held.enter_context(socket.socket())
+                    sock.bind(("localhost", port))
+            return first
+        except OSError:
+            continue
+    raise RuntimeError(f"no {count} consecutive free ports")
 
 
 def _drain(stream) -> None:

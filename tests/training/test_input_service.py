@@ -160,3 +160,26 @@ def test_a_service_killed_mid_epoch_and_restarted_loses_some_records_and_repeats
     lost = {f * 1000 + i for f in range(20) for i in range(50)} - set(counts)
     assert set(counts) <= {f * 1000 + i for f in range(20) for i in range(50)}
     assert len(seen) > 500 and len({x // 1000 for x in lost}) <= 6, sorted(lost)
+
+
+def test_the_launcher_restarts_a_dead_service_at_the_same_address(tmp_path):
+    import io
+    import time
+
+    from training.launch import SupervisedService
+
+    sink = io.StringIO()
+    service = SupervisedService(sys.executable, 1, None, sink, str(tmp_path / "journal"))
+    try:
+        first = service.process
+        first.kill()
+        deadline = time.monotonic() + 120
+        while service.process is first and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert service.restarts == 1 and service.process.poll() is None
+        assert f"restarting it at {service.address}" in sink.getvalue()
+        served = through_service(tf.data.Dataset.range(10), service.address)
+        assert sorted(int(x) for x in served) == list(range(10))
+    finally:
+        service.stop()
+    assert service.process.poll() is not None and service.restarts == 1  # stop is not a death
