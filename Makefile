@@ -5,11 +5,11 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-EXTRAS ?= beam,cpu,airflow,dev,bench
+EXTRAS ?= beam,cpu,airflow,postgres,dev,bench
 DEMO_DIR ?= demo-output
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: install test test-slow lint format demo airflow bench clean lock
+.PHONY: install test test-slow lint format demo airflow airflow-postgres bench clean lock
 
 install: $(STAMP)
 
@@ -45,6 +45,14 @@ demo: install
 # A local Airflow with UI and REST API (http://localhost:8080), DAGs from dags/.
 airflow: install
 	bash -c 'source scripts/airflow-env.sh && airflow standalone'
+
+# The same on PostgreSQL with the LocalExecutor, as deployed: a server in .airflow-postgres/
+# (Debian's package, installed when missing) on a free port, stopped when Airflow stops.
+PG_DIR ?= $(CURDIR)/.airflow-postgres
+airflow-postgres: install
+	bash -c 'url="$$(scripts/postgres.sh start $(PG_DIR))" && trap "scripts/postgres.sh stop $(PG_DIR)" EXIT \
+	  && echo "Airflow metadata: $$url" && source scripts/airflow-env.sh \
+	  && AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="$$url" AIRFLOW__CORE__EXECUTOR=LocalExecutor airflow standalone'
 
 # Re-pin after changing dependencies in pyproject.toml.
 lock: install
