@@ -160,5 +160,8 @@ def check_run(params: Mapping[str, Any]) -> None:
 
 
 def train_flags(params: Mapping[str, Any]) -> dict[str, Any]:
-    """The training CLI flags a run's Params set (the rest keep the config's defaults)."""
-    return {STAGE_PARAMS[name][1]: params[name] for name in TRAIN_FLAGS}
+    """The training CLI flags a run's Params set (the rest keep the config's defaults).
+
+    An empty text field arrives as None from the trigger form: it means the default."""
+    flags = {STAGE_PARAMS[name][1]: params.get(name) for name in TRAIN_FLAGS}
+    return {flag: value for flag, value in flags.items() if value is not None}

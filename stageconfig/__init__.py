@@ -228,9 +228,13 @@ def dag_param_fields(cls, name: str, *, default: Any = MISSING) -> dict:
         default = field.default_factory()
     elif default is MISSING:
         raise ValueError(f"{cls.__name__}.{name} has no default: pass the Param's default")
+    # Airflow's trigger form requires a value in every field whose type excludes null and
+    # treats an empty text box as no value: a string that may be empty ("off") must be
+    # nullable, or the form refuses its own default and its Trigger button stays disabled.
+    nullable = optional or (kind is str and default == "")
     schema: dict[str, Any] = {
         "default": default,
-        "type": [json_type, "null"] if optional else json_type,
+        "type": [json_type, "null"] if nullable else json_type,
         "title": name.replace("_", " ").capitalize(),
         "description": _describe(field, spec),
     }

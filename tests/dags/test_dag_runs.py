@@ -15,14 +15,6 @@ from orchestration.publish import latest_version
 from tests.dags.airflow_env import DAG_ID, Standalone, airflow, airflow_env
 
 
-@pytest.fixture(scope="module")
-def images(tmp_path_factory):
-    root = tmp_path_factory.mktemp("dag_images")
-    sample_data.generate(str(root), images_per_class=100, seed=21)
-    sample_data.write_corrupt_files(str(root), seed=21)  # 4 of 404: under the 5% budget
-    return root
-
-
 def _conf(tmp_path, images, **overrides):
     return {
         "input_uri": str(images),

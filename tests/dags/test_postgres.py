@@ -14,7 +14,7 @@ import psycopg2
 import pytest
 
 from tests.dags.airflow_env import DAG_ID, REPO, Standalone
-from tests.dags.test_dag_runs import _conf, images  # noqa: F401 (fixture)
+from tests.dags.test_dag_runs import _conf
 
 SCRIPT = str(REPO / "scripts" / "postgres.sh")
 
@@ -38,7 +38,7 @@ def test_the_dag_runs_on_postgresql_with_the_local_executor(
     postgres_url,
     images,
     tmp_path,
-    free_port,  # noqa: F811
+    free_port,
 ):
     home = tmp_path / "airflow_home"
     home.mkdir()

@@ -38,6 +38,20 @@ def test_the_default_run_passes_its_own_checks_and_builds_valid_stage_configs():
     ShardConfig(input="i", output="o", max_side=DEFAULTS["max_side"])
 
 
+def test_a_text_field_left_empty_in_the_trigger_form_is_valid_and_means_the_default():
+    """The form sends an empty text box as null and requires a value where the type excludes
+    null: a Param whose default is "" must take null, or the form refuses its own defaults
+    (the browser test saw the Trigger button disabled)."""
+    from airflow.sdk import Param
+
+    empty_by_default = [name for name, fields in PARAMS.items() if fields["default"] == ""]
+    assert "input_service" in empty_by_default
+    for name in empty_by_default:
+        Param(**PARAMS[name]).resolve(value=None)  # raises ParamValidationError if refused
+    flags = train_flags({**DEFAULTS, **dict.fromkeys(empty_by_default)})
+    assert TrainConfig(data="d", output="o", **flags).input_service == ""
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
