@@ -14,3 +14,8 @@ import os
 # CLIs: show warnings and errors only, unless TF_CPP_MIN_LOG_LEVEL says otherwise. Set here,
 # before any module of the package imports TensorFlow; worker processes inherit it.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+# ... and the lines it writes to stderr before that setting applies (training/quiet_tf.py).
+from training import quiet_tf
+
+quiet_tf.install()
