@@ -17,6 +17,7 @@ import sys
 from airflow.sdk import Asset, Param, dag, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException
 
+from orchestration import lineage
 from orchestration.approval import PublishApprovalOperator
 from orchestration.beam_options import dataflow_config, shard_job_options
 from orchestration.dataflow_job import ShardImagesOperator
@@ -162,7 +163,9 @@ def image_model_pipeline():
             if reused:
                 print(f"reuse_training: {reused} trained on the same shards content with the "
                       "same parameters and finished; not training again")  # fmt: skip
-                return read_training_result(reused)
+                result = read_training_result(reused)
+                lineage.record(inputs=[job.data], outputs=[result["model_dir"]])
+                return result
             print("reuse_training: no finished run matches; training")
         if launcher == "kubernetes":
             submit_kubernetes(render_kubernetes(job, name=name, image=TRAINER_IMAGE, **options))
@@ -170,7 +173,9 @@ def image_model_pipeline():
             submit_vertex(custom_job, project=project, region=region, context=context)
         else:
             run_local(job, emit=print)
-        return read_training_result(paths.train)
+        result = read_training_result(paths.train)
+        lineage.record(inputs=[job.data], outputs=[result["model_dir"]])
+        return result
 
     @task(retries=1, execution_timeout=dt.timedelta(hours=2))
     def evaluate(trained: dict) -> dict:
@@ -226,6 +231,7 @@ def image_model_pipeline():
             )
         except PublishError as err:
             raise AirflowFailException(str(err)) from None
+        lineage.record(inputs=[evaluation["model_dir"]], outputs=[published["path"]])
         print(
             f"published model {params['model_name']} version {published['version']} at "
             f"{published['path']} (accuracy {evaluation['accuracy']:.3f})"

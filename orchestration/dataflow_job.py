@@ -21,6 +21,7 @@ from airflow.providers.apache.beam.operators.beam import BeamRunPythonPipelineOp
 from airflow.providers.google.cloud.hooks.dataflow import DataflowJobStatus
 from airflow.providers.google.cloud.links.dataflow import DataflowJobLink
 
+from orchestration import lineage
 from orchestration.resumable import RerunnableJobMixin
 
 # Draining and cancelling jobs are ending, not working: a retry launches anew.
@@ -36,6 +37,13 @@ ACTIVE_STATES = frozenset(
 
 class ShardImagesOperator(RerunnableJobMixin, BeamRunPythonPipelineOperator):
     external_id_key = "dataflow_job_id"
+
+    def execute(self, context):
+        result = super().execute(context)
+        lineage.record(
+            inputs=[self.pipeline_options["input"]], outputs=[self.pipeline_options["output"]]
+        )
+        return result
 
     def execute_on_dataflow(self, context):
         return self.execute_resumable(context)

@@ -124,7 +124,7 @@ def test_beam_operator_options_come_from_params_alone():
 def test_the_dags_params_are_derived_from_the_stage_configs(parsed):
     from orchestration.params import dag_params
 
-    expected = dag_params(input_uri="", output_root="", model_root="")
+    expected = dag_params(input_uri="in", output_root="out", model_root="models")
     assert list(parsed["param_schemas"]) == list(expected)
     for name, fields in expected.items():
         shown = parsed["param_schemas"][name]

@@ -18,7 +18,7 @@ import pytest
 from orchestration.params import dag_params
 from tests.dags.airflow_env import DAG_ID, REPO, Standalone
 
-PARAMS = dag_params(input_uri="", output_root="", model_root="")
+PARAMS = dag_params(input_uri="in", output_root="out", model_root="models")
 
 pytestmark = pytest.mark.extended
 
