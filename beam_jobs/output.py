@@ -27,6 +27,7 @@ from beam_jobs.fs import files_under
 from beam_jobs.plan import Plan
 from beam_jobs.splits import SPLIT_NAMES
 from shardspec.example import SCHEMA_VERSION
+from shardspec.folder import FolderMetadata
 from shardspec.layout import ERRORS_DIR, METADATA, SUCCESS, shard_name
 from shardspec.tfrecord import encode_shard
 
@@ -140,6 +141,9 @@ def build_metadata(
 
 def publish(output: str, staging: str, metadata: dict, *, success: bool) -> None:
     """Replace the previous output with the staged one; `_SUCCESS` last, if `success`."""
+    # The readers' model of metadata.json is the contract: refuse, before touching the
+    # previous output, to write a document they would refuse.
+    FolderMetadata.from_json(metadata)
     for path in files_under(output, "*"):
         name = path.rsplit("/", 1)[-1]
         if name == METADATA or any(name.startswith(f"{s}-") for s in SPLIT_NAMES):

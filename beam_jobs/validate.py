@@ -73,13 +73,13 @@ def validate_shards(
         problems += _verify_records(folder, directory, problems)
     if problems:
         raise ShardValidationError(directory, problems)
-    metadata = folder.raw
+    per_split = {name: s.num_records for name, s in folder.splits.items()}
     return {
         "shards_dir": directory,
         "reused_from": folder.location,
-        "num_records": metadata["num_records"],
-        "records_per_split": {name: s.num_records for name, s in folder.splits.items()},
-        "num_classes": metadata["num_classes"],
+        "num_records": sum(per_split.values()),
+        "records_per_split": per_split,
+        "num_classes": len(folder.label_map),
         "error_fraction": folder.error_fraction,
     }
 

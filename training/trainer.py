@@ -567,7 +567,7 @@ class Trainer:
         serving_model.set_weights(weights)
         metadata = {
             "config": self.config.to_json(),
-            "label_map": self.shards.metadata["label_map"],
+            "label_map": self.shards.folder.label_map,
             "shards": {
                 "directory": self.shards.directory,
                 "num_records": {
