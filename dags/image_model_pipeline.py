@@ -179,19 +179,19 @@ def image_model_pipeline():
 
     @task(retries=1, execution_timeout=dt.timedelta(hours=2))
     def evaluate(trained: dict) -> dict:
-        from training.evaluate import (
-            AccuracyGateFailed,
-            check_gate,
-            evaluate_saved_model,
-            write_evaluation,
-        )
+        from orchestration.evaluation import evaluate_run, write_json
+        from orchestration.plots import write_run_plots
+        from training.gate import AccuracyGateFailed, check_gate
 
         context = get_current_context()
         params, paths = context["params"], _paths(context["params"], context["run_id"])
-        from orchestration.plots import write_run_plots
-
-        evaluation = evaluate_saved_model(trained["model_dir"], paths.shards)
-        write_evaluation(evaluation, paths.evaluation)
+        evaluation = evaluate_run(
+            params["training_launcher"],
+            model_dir=trained["model_dir"],
+            shards_dir=paths.shards,
+            train_dir=paths.train,
+        )
+        write_json(evaluation, paths.evaluation)
         pictures = write_run_plots(paths.train, evaluation, paths.root)
         per_class = ", ".join(f"{k} {v:.2f}" for k, v in evaluation["per_class_accuracy"].items())
         print(

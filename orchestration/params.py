@@ -164,4 +164,6 @@ def train_flags(params: Mapping[str, Any]) -> dict[str, Any]:
 
     An empty text field arrives as None from the trigger form: it means the default."""
     flags = {STAGE_PARAMS[name][1]: params.get(name) for name in TRAIN_FLAGS}
+    if params.get("training_launcher", "local") != "local":
+        flags["evaluate"] = True  # evaluated where it trained (orchestration/evaluation.py)
     return {flag: value for flag, value in flags.items() if value is not None}

@@ -167,6 +167,13 @@ class TrainConfig:
         "restarts its input",
         section="Training",
     )
+    evaluate: bool = param(
+        False,
+        help="After exporting, the chief scores the model through its serving signature on "
+        "the held-out split and writes OUTPUT/evaluation.json: the remote launchers set it, "
+        "so evaluation runs where training ran instead of on the Airflow worker",
+        section="Training",
+    )
     synthetic_input: bool = param(
         False,
         help="Diagnosis: train on one in-memory random batch repeated instead of the shards "

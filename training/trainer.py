@@ -672,6 +672,18 @@ def run(config: TrainConfig) -> int:
     if trainer.diagnosis.get("advice"):
         log.info("input diagnosis: %s", trainer.diagnosis["advice"])
     path = trainer.export(history)
+    if path and config.evaluate:
+        from training.evaluate import EVALUATION, evaluate_saved_model, write_evaluation
+
+        evaluation = evaluate_saved_model(path, config.data)
+        write_evaluation(evaluation, posixpath.join(config.output, EVALUATION))
+        log.info(
+            "held-out accuracy %.3f on %d %s images -> %s",
+            evaluation["accuracy"],
+            evaluation["num_examples"],
+            evaluation["split"],
+            posixpath.join(config.output, EVALUATION),
+        )
     if path:
         final = history[-1] if history else {}
         print(

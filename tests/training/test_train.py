@@ -55,7 +55,10 @@ def _held_out_jpegs(per_class=25):
 @pytest.fixture(scope="module")
 def two_worker_run(trainable_shards, tmp_path_factory):
     output = tmp_path_factory.mktemp("run") / "train"
-    proc = _launch("--data", trainable_shards, "--output", str(output), "--epochs", str(EPOCHS))
+    # --evaluate, as the remote launchers run it: the chief scores the model where it trained.
+    proc = _launch(
+        "--data", trainable_shards, "--output", str(output), "--epochs", str(EPOCHS), "--evaluate"
+    )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     return output, proc.stdout
 
@@ -99,6 +102,9 @@ def test_evaluate_cli_scores_the_exported_model(two_worker_run, trainable_shards
     evaluation = json.loads(report.read_text())
     assert f"test accuracy {evaluation['accuracy']:.3f}" in done.stdout
     assert "per class: circle" in done.stdout
+    # The trainers' own --evaluate wrote the same numbers beside the model (chief only).
+    assert json.loads((output / "evaluation.json").read_text()) == evaluation
+    assert len(re.findall(r"held-out accuracy [\d.]+ on \d+ test images", two_worker_run[1])) == 1
 
 
 def test_non_chief_temporary_files_are_cleaned_up(two_worker_run):

@@ -1,0 +1,40 @@
+"""Remote launchers evaluate where they trained; the Airflow task only reads the result."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from orchestration.evaluation import EvaluationMissing, evaluate_run
+from orchestration.params import dag_params, train_flags
+
+PARAMS = dag_params(input_uri="i", output_root="o", model_root="m")
+DEFAULTS = {name: fields["default"] for name, fields in PARAMS.items()}
+
+
+def test_remote_launchers_ask_the_trainers_to_evaluate_and_local_does_not():
+    assert "evaluate" not in train_flags(DEFAULTS)
+    for launcher in ("kubernetes", "vertex"):
+        assert train_flags({**DEFAULTS, "training_launcher": launcher})["evaluate"] is True
+
+
+def test_a_remote_runs_evaluation_is_read_without_tensorflow(tmp_path):
+    train_dir = tmp_path / "train"
+    train_dir.mkdir()
+    written = {"accuracy": 0.9, "split": "test", "num_examples": 10, "per_class_accuracy": {}}
+    (train_dir / "evaluation.json").write_text(json.dumps(written))
+    script = (
+        "import json, sys; from orchestration.evaluation import evaluate_run; "
+        "e = evaluate_run('kubernetes', model_dir='x', shards_dir='y', train_dir=sys.argv[1]); "
+        "print(json.dumps([e, 'tensorflow' in sys.modules]))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(train_dir)], capture_output=True, text=True, check=True
+    )
+    assert json.loads(out.stdout) == [written, False]
+
+
+def test_a_missing_remote_evaluation_says_why_in_one_line(tmp_path):
+    with pytest.raises(EvaluationMissing, match="--evaluate"):
+        evaluate_run("vertex", model_dir="m", shards_dir="s", train_dir=str(tmp_path))
