@@ -33,8 +33,9 @@ from apache_beam.io.filesystems import FileSystems
 from beam_jobs import fs
 from beam_jobs.config import ShardConfig
 from beam_jobs.plan import Plan
+from beam_jobs.validate import BEAM_FILES
 from shardspec.example import SCHEMA_VERSION
-from shardspec.layout import METADATA, SUCCESS
+from shardspec.folder import check_folder
 
 log = logging.getLogger(__name__)
 
@@ -78,13 +79,16 @@ def _index_path(cache_dir: str, key: str) -> str:
 
 
 def holds(directory: str, key: str) -> dict | None:
-    """The metadata of `directory` if it is a complete output with fingerprint `key`."""
-    if not FileSystems.exists(FileSystems.join(directory, SUCCESS)):
+    """The metadata of `directory` if it is a complete output with fingerprint `key`.
+
+    Complete as every reader checks it (`shardspec.folder.check_folder`: `_SUCCESS`,
+    readable metadata, every shard present at its recorded size), so the cache never
+    points a run at a folder its validation would then refuse.
+    """
+    folder, problems = check_folder(directory, BEAM_FILES)
+    if problems or folder is None or folder.fingerprint != key or folder.location:
         return None
-    metadata = _read_json(FileSystems.join(directory, METADATA))
-    if not metadata or metadata.get("fingerprint") != key or metadata.get("location"):
-        return None
-    return metadata
+    return folder.raw
 
 
 def lookup(cache_dir: str, key: str) -> tuple[str, dict] | None:

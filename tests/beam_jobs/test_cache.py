@@ -77,6 +77,17 @@ def test_a_partial_output_is_never_reused(images, tmp_path):
     assert "location" not in second and _shard_files(tmp_path / "run2")
 
 
+def test_an_output_whose_shards_changed_since_is_not_reused(images, tmp_path):
+    """The cache holds a folder to the readers' own check: a shard truncated after the job
+    wrote it (its _SUCCESS still there) makes the next run shard again."""
+    cache = tmp_path / "cache"
+    _shard(images, tmp_path / "run1", cache)
+    victim = tmp_path / "run1" / _shard_files(tmp_path / "run1")[0]
+    victim.write_bytes(victim.read_bytes()[:-10])
+    second = _shard(images, tmp_path / "run2", cache)
+    assert "location" not in second and _shard_files(tmp_path / "run2")
+
+
 def test_a_pointer_to_replaced_shards_is_refused_by_the_readers(images, tmp_path, sample_images):
     cache = tmp_path / "cache"
     _shard(images, tmp_path / "run1", cache)
