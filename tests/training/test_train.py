@@ -112,6 +112,7 @@ def test_non_chief_temporary_files_are_cleaned_up(two_worker_run):
     assert sorted(os.listdir(output)) == [
         "checkpoints",
         "config.json",
+        "evaluation.json",  # the run was asked to --evaluate
         "metrics.json",
         "model",
         "tensorboard",
