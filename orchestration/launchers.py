@@ -59,6 +59,11 @@ class TrainingJob:
                 args.extend([flag, str(value)])
         return args
 
+    @property
+    def local_service_workers(self) -> int:
+        """N of `input_service: local:N` (0 otherwise): the service the launcher starts."""
+        return parse_input_service(str(self.train_flags.get("input_service") or ""))[1]
+
     def with_input_service(self, address: str) -> TrainingJob:
         """The same job, its trainers pointed at a tf.data service the launcher started."""
         return replace(self, train_flags={**self.train_flags, "input_service": address})
@@ -124,7 +129,7 @@ def render_kubernetes(
     base = _dns_name(name)
     hosts = [f"{base}-worker-{i}.{base}.{namespace}.svc:{TF_PORT}" for i in range(job.num_workers)]
     labels = {"app.kubernetes.io/name": "imagepipe-trainer", "imagepipe/job": base}
-    service_workers = parse_input_service(str(job.train_flags.get("input_service") or ""))[1]
+    service_workers = job.local_service_workers
     input_manifests: list[dict] = []
     if service_workers:  # local:N -> its own Deployment + Service beside the trainers
         input_manifests = _input_service_manifests(
@@ -310,7 +315,7 @@ def render_vertex_custom_job(
             raise LauncherConfigError(
                 f"Vertex AI workers only see gs:// paths, not {path!r}: set output_root to gs://"
             )
-    service_workers = parse_input_service(str(job.train_flags.get("input_service") or ""))[1]
+    service_workers = job.local_service_workers
     if service_workers:
         job = job.with_input_service(CLUSTER_INPUT_SERVICE)
     machine: dict = {"machine_type": machine_type}

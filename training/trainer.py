@@ -676,13 +676,14 @@ def run(config: TrainConfig) -> int:
         from training.evaluate import EVALUATION, evaluate_saved_model, write_evaluation
 
         evaluation = evaluate_saved_model(path, config.data)
-        write_evaluation(evaluation, posixpath.join(config.output, EVALUATION))
+        written = posixpath.join(config.output, EVALUATION)
+        write_evaluation(evaluation, written)
         log.info(
             "held-out accuracy %.3f on %d %s images -> %s",
             evaluation["accuracy"],
             evaluation["num_examples"],
             evaluation["split"],
-            posixpath.join(config.output, EVALUATION),
+            written,
         )
     if path:
         final = history[-1] if history else {}

@@ -79,6 +79,14 @@ class Standalone:
         except urllib.error.HTTPError as err:
             return err.code, err.read().decode()
 
+    def trigger(self, conf: dict) -> str:
+        """A run of the DAG with these Params, as the UI's Trigger button sends it; its id."""
+        status, body = self.request(
+            "POST", f"/api/v2/dags/{DAG_ID}/dagRuns", {"logical_date": None, "conf": conf}
+        )
+        assert status == 200, body
+        return body["dag_run_id"]
+
     def wait_ready(self, timeout=300):
         deadline = time.monotonic() + timeout
         password_file = self.home / "simple_auth_manager_passwords.json.generated"

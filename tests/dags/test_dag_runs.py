@@ -12,7 +12,7 @@ import tensorflow as tf
 
 from beam_jobs import sample_data
 from orchestration.publish import latest_version
-from tests.dags.airflow_env import DAG_ID, Standalone, airflow, airflow_env
+from tests.dags.airflow_env import DAG_ID, airflow, airflow_env
 
 
 def _conf(tmp_path, images, **overrides):
@@ -80,18 +80,6 @@ def test_dags_test_runs_the_whole_pipeline_green(images, tmp_path):
     assert "per class: circle" in text and f"run folder: {run_dir}" in text
 
 
-@pytest.fixture
-def standalone(tmp_path, free_port):
-    home = tmp_path / "airflow_home"
-    home.mkdir()
-    server = Standalone(home, free_port)
-    try:
-        server.wait_ready()
-        yield server
-    finally:
-        server.stop()
-
-
 def test_rest_trigger_with_params_then_clear_one_task(standalone, images, tmp_path):
     assert (
         standalone.request(
@@ -110,11 +98,7 @@ def test_rest_trigger_with_params_then_clear_one_task(standalone, images, tmp_pa
     conf = _conf(
         tmp_path, images, epochs=3, num_workers=1, accuracy_gate=0.0, model_name="rest-model"
     )
-    status, body = standalone.request(
-        "POST", f"/api/v2/dags/{DAG_ID}/dagRuns", {"logical_date": None, "conf": conf}
-    )
-    assert status == 200, body
-    run_id = body["dag_run_id"]
+    run_id = standalone.trigger(conf)
     assert standalone.wait_run(run_id) == "success", standalone.tail()
 
     [run_dir] = (tmp_path / "out" / "runs").iterdir()
@@ -173,14 +157,10 @@ def test_require_approval_waits_for_a_person_then_publishes_or_skips(standalone,
     )  # fmt: skip
     models = tmp_path / "models" / "approved"
     for choice, versions in (("Reject", None), ("Approve", ["1", "LATEST"])):
-        status, body = standalone.request(
-            "POST", f"/api/v2/dags/{DAG_ID}/dagRuns", {"logical_date": None, "conf": conf}
-        )
-        assert status == 200, body
-        run_id = body["dag_run_id"]
+        run_id = standalone.trigger(conf)
         _answer_approval(standalone, run_id, choice)
         assert standalone.wait_run(run_id) == "success", standalone.tail()
-        status, body = standalone.request(
+        _, body = standalone.request(
             "GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/publish"
         )
         assert body["state"] == ("skipped" if choice == "Reject" else "success"), body

@@ -13,7 +13,7 @@ import tempfile
 import psycopg2
 import pytest
 
-from tests.dags.airflow_env import DAG_ID, REPO, Standalone
+from tests.dags.airflow_env import REPO, Standalone
 from tests.dags.test_dag_runs import _conf
 
 SCRIPT = str(REPO / "scripts" / "postgres.sh")
@@ -53,11 +53,7 @@ def test_the_dag_runs_on_postgresql_with_the_local_executor(
         conf = _conf(
             tmp_path, images, epochs=2, num_workers=1, accuracy_gate=0.0, model_name="pg-model"
         )
-        status, body = server.request(
-            "POST", f"/api/v2/dags/{DAG_ID}/dagRuns", {"logical_date": None, "conf": conf}
-        )
-        assert status == 200, body
-        run_id = body["dag_run_id"]
+        run_id = server.trigger(conf)
         assert server.wait_run(run_id) == "success", server.tail()
     finally:
         server.stop()

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from orchestration.params import dag_params
-from tests.dags.airflow_env import DAG_ID, REPO, Standalone
+from tests.dags.airflow_env import DAG_ID, REPO
 
 PARAMS = dag_params(input_uri="in", output_root="out", model_root="models")
 
@@ -38,34 +38,24 @@ def chromium() -> str:
     return found.stdout.strip().splitlines()[-1]
 
 
-@pytest.fixture
-def airflow(tmp_path, free_port):
-    home = tmp_path / "airflow_home"
-    home.mkdir()
-    server = Standalone(home, free_port)
-    try:
-        server.wait_ready()
-        yield server
-    finally:
-        server.stop()
-
-
-def _log_in(page, airflow) -> None:
-    password_file = airflow.home / "simple_auth_manager_passwords.json.generated"
-    page.goto(airflow.base + "/")
+def _log_in(page, standalone) -> None:
+    password_file = standalone.home / "simple_auth_manager_passwords.json.generated"
+    page.goto(standalone.base + "/")
     page.fill("input[name=username]", "admin")
     page.fill("input[name=password]", json.loads(password_file.read_text())["admin"])
     page.keyboard.press("Enter")
     page.wait_for_url(lambda url: "/auth/login" not in url, timeout=60_000)
 
 
-def _task_tries(airflow, run_id: str) -> dict[str, int]:
-    status, body = airflow.request("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances")
+def _task_tries(standalone, run_id: str) -> dict[str, int]:
+    status, body = standalone.request(
+        "GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances"
+    )
     assert status == 200, body
     return {t["task_id"]: t["try_number"] for t in body["task_instances"]}
 
 
-def test_trigger_from_the_form_then_clear_one_task(chromium, airflow, images, tmp_path):
+def test_trigger_from_the_form_then_clear_one_task(chromium, standalone, images, tmp_path):
     from playwright.sync_api import expect, sync_playwright
 
     values = {
@@ -80,8 +70,8 @@ def test_trigger_from_the_form_then_clear_one_task(chromium, airflow, images, tm
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        _log_in(page, airflow)
-        page.goto(f"{airflow.base}/dags/{DAG_ID}")
+        _log_in(page, standalone)
+        page.goto(f"{standalone.base}/dags/{DAG_ID}")
         page.get_by_role("button", name="Trigger").first.click()
         form = page.get_by_role("dialog")
         sections = {name: PARAMS[name]["section"] for name in values}
@@ -101,22 +91,22 @@ def test_trigger_from_the_form_then_clear_one_task(chromium, airflow, images, tm
         deadline = time.monotonic() + 60
         runs: list = []
         while not runs:
-            assert time.monotonic() < deadline, airflow.tail()
-            runs = airflow.request("GET", f"/api/v2/dags/{DAG_ID}/dagRuns")[1]["dag_runs"]
+            assert time.monotonic() < deadline, standalone.tail()
+            runs = standalone.request("GET", f"/api/v2/dags/{DAG_ID}/dagRuns")[1]["dag_runs"]
             time.sleep(1)
         [run] = runs
         assert {k: run["conf"][k] for k in values} == {
             **values, "epochs": 2, "num_workers": 1, "accuracy_gate": 0,
         }  # fmt: skip
         run_id = run["dag_run_id"]
-        assert airflow.wait_run(run_id) == "success", airflow.tail()
+        assert standalone.wait_run(run_id) == "success", standalone.tail()
         assert sorted(p.name for p in (tmp_path / "models" / "browser-model").iterdir()) == [
             "1", "LATEST",
         ]  # fmt: skip
-        before = _task_tries(airflow, run_id)
+        before = _task_tries(standalone, run_id)
 
         # Clear `evaluate` alone, from its page, as a user reruns one stage.
-        page.goto(f"{airflow.base}/dags/{DAG_ID}/runs/{run_id}/tasks/evaluate")
+        page.goto(f"{standalone.base}/dags/{DAG_ID}/runs/{run_id}/tasks/evaluate")
         page.get_by_role("button", name="Press shift+c to clear").click()
         dialog = page.get_by_role("dialog")
         expect(dialog.get_by_text("Affected Tasks: 3")).to_be_visible()  # with its downstream
@@ -129,11 +119,11 @@ def test_trigger_from_the_form_then_clear_one_task(chromium, airflow, images, tm
         browser.close()
 
     deadline = time.monotonic() + 600
-    while _task_tries(airflow, run_id)["evaluate"] == before["evaluate"]:
-        assert time.monotonic() < deadline, airflow.tail()
+    while _task_tries(standalone, run_id)["evaluate"] == before["evaluate"]:
+        assert time.monotonic() < deadline, standalone.tail()
         time.sleep(2)
-    assert airflow.wait_run(run_id) == "success", airflow.tail()
-    after = _task_tries(airflow, run_id)
+    assert standalone.wait_run(run_id) == "success", standalone.tail()
+    after = _task_tries(standalone, run_id)
     assert after["evaluate"] == before["evaluate"] + 1
     assert {k: v for k, v in after.items() if k != "evaluate"} == {
         k: v for k, v in before.items() if k != "evaluate"

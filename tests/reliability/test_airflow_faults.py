@@ -65,14 +65,6 @@ def _conf(tmp_path, images, **overrides):
     }
 
 
-def _trigger(airflow, conf) -> str:
-    status, body = airflow.request(
-        "POST", f"/api/v2/dags/{DAG_ID}/dagRuns", {"logical_date": None, "conf": conf}
-    )
-    assert status == 200, body
-    return body["dag_run_id"]
-
-
 def _xcoms(airflow, run_id) -> str:
     status, body = airflow.request(
         "GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/~/xcomEntries?limit=100"
@@ -95,8 +87,8 @@ def _files_containing(root: Path, needle: bytes) -> list[str]:
 
 
 def test_concurrent_runs_and_no_secret_anywhere(airflow, images, tmp_path):
-    first = _trigger(airflow, _conf(tmp_path, images, epochs=2, image_size=48))
-    second = _trigger(airflow, _conf(tmp_path, images, epochs=3, image_size=64))
+    first = airflow.trigger(_conf(tmp_path, images, epochs=2, image_size=48))
+    second = airflow.trigger(_conf(tmp_path, images, epochs=3, image_size=64))
     # Both really overlap: the second is running before the first has finished.
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
@@ -154,7 +146,7 @@ def _processes_matching(text: str) -> dict[int, int]:
 
 def test_killed_train_task_is_retried_and_resumes(airflow, images, tmp_path):
     conf = _conf(tmp_path, images, epochs=20, num_workers=2, model_name="killed")
-    run_id = _trigger(airflow, conf)
+    run_id = airflow.trigger(conf)
     out = tmp_path / "out"
     deadline = time.monotonic() + 600
     checkpoints = []
