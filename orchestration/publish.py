@@ -23,11 +23,13 @@ import json
 import os
 import posixpath
 import re
+import shutil
 import time
 import uuid
 from collections.abc import Iterator
 
-import tensorflow as tf
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
 
 from orchestration.params import MODEL_NAME_PATTERN
 
@@ -43,44 +45,86 @@ class PublishError(ValueError):
     """A publishing request that cannot be right (a model name that is not a name)."""
 
 
-def _versions(model_home: str) -> list[int]:
-    if not tf.io.gfile.isdir(model_home):
+# Paths go through fsspec (local or gs://, no TensorFlow on the Airflow worker) one file at
+# a time: no call here expands a pattern, so a root named with [ ] * ? is taken literally.
+def _fs(url: str):
+    return fsspec.core.url_to_fs(url)
+
+
+def _is_local(url: str) -> bool:
+    return isinstance(_fs(url)[0], LocalFileSystem)
+
+
+def _exists(url: str) -> bool:
+    fs, path = _fs(url)
+    return fs.exists(path)
+
+
+def _children(url: str) -> list[str]:
+    fs, path = _fs(url)
+    if not fs.isdir(path):
         return []
-    return sorted(
-        int(n.rstrip("/")) for n in tf.io.gfile.listdir(model_home) if n.rstrip("/").isdigit()
-    )
+    return [posixpath.basename(entry.rstrip("/")) for entry in fs.ls(path, detail=False)]
+
+
+def _write_text(url: str, text: str) -> None:
+    fs, path = _fs(url)
+    with fs.open(path, "w") as handle:
+        handle.write(text)
+
+
+def _versions(model_home: str) -> list[int]:
+    return sorted(int(name) for name in _children(model_home) if name.isdigit())
 
 
 def copy_tree(source: str, target: str) -> None:
-    for directory, _, files in tf.io.gfile.walk(source):
-        relative = posixpath.relpath(directory, source)
-        destination = target if relative == "." else posixpath.join(target, relative)
-        tf.io.gfile.makedirs(destination)
-        for name in files:
-            tf.io.gfile.copy(
-                posixpath.join(directory, name), posixpath.join(destination, name), overwrite=True
-            )
+    """Every file under `source` to the same place under `target` (any two filesystems)."""
+    source_fs, source_path = _fs(source)
+    target_fs, target_path = _fs(target)
+    for entry, info in sorted(source_fs.find(source_path, withdirs=True, detail=True).items()):
+        destination = posixpath.join(target_path, posixpath.relpath(entry, source_path))
+        if info["type"] == "directory":
+            target_fs.makedirs(destination, exist_ok=True)
+            continue
+        target_fs.makedirs(posixpath.dirname(destination), exist_ok=True)
+        with source_fs.open(entry, "rb") as reader, target_fs.open(destination, "wb") as writer:
+            shutil.copyfileobj(reader, writer, 1 << 20)
+
+
+def _remove_tree(url: str) -> None:
+    fs, path = _fs(url)
+    if isinstance(fs, LocalFileSystem):
+        shutil.rmtree(path, ignore_errors=True)
+        return
+    for entry in fs.find(path):
+        fs.rm_file(entry)
+
+
+def _rename_tree(source: str, target: str) -> None:
+    """Atomic on a local filesystem (and refused when `target` exists); copy + delete on
+    object stores, which have no rename (see the module docstring)."""
+    if _is_local(source):
+        os.rename(_fs(source)[1], _fs(target)[1])
+        return
+    copy_tree(source, target)
+    _remove_tree(source)
 
 
 def _read_json(path: str) -> dict | None:
-    if not tf.io.gfile.exists(path):
+    if not _exists(path):
         return None
-    with tf.io.gfile.GFile(path) as handle:
+    fs, local = _fs(path)
+    with fs.open(local) as handle:
         return json.load(handle)
 
 
 def latest_version(model_root: str, model_name: str) -> int | None:
     path = posixpath.join(model_root, model_name, LATEST)
-    if not tf.io.gfile.exists(path):
+    if not _exists(path):
         return None
-    with tf.io.gfile.GFile(path) as handle:
+    fs, local = _fs(path)
+    with fs.open(local) as handle:
         return int(handle.read().strip())
-
-
-def latest_model_path(model_root: str, model_name: str) -> str | None:
-    """Where LATEST points (what `make demo` reports), or None before the first publish."""
-    version = latest_version(model_root, model_name)
-    return None if version is None else posixpath.join(model_root, model_name, str(version))
 
 
 @contextlib.contextmanager
@@ -103,10 +147,13 @@ def _set_latest(model_home: str, version: int) -> None:
     current = latest_version(posixpath.dirname(model_home), posixpath.basename(model_home))
     if current is not None and current >= version:
         return  # a newer model was published meanwhile; LATEST never moves backwards
+    latest = posixpath.join(model_home, LATEST)
+    if not _is_local(model_home):
+        _write_text(latest, f"{version}\n")  # one object write: readers see old or new
+        return
     temporary = posixpath.join(model_home, f".{LATEST}.{uuid.uuid4().hex[:8]}")
-    with tf.io.gfile.GFile(temporary, "w") as handle:
-        handle.write(f"{version}\n")
-    tf.io.gfile.rename(temporary, posixpath.join(model_home, LATEST), overwrite=True)
+    _write_text(temporary, f"{version}\n")
+    os.replace(_fs(temporary)[1], _fs(latest)[1])
 
 
 def _published_version(model_home: str, run_id: str) -> int | None:
@@ -119,18 +166,15 @@ def _published_version(model_home: str, run_id: str) -> int | None:
 
 def _remove_stale_staging(model_home: str, now: float | None = None) -> None:
     """Call with the publish lock held: staging folders of publishers killed mid-copy."""
-    if not tf.io.gfile.isdir(model_home):
-        return
     now = time.time() if now is None else now
-    for name in tf.io.gfile.listdir(model_home):
-        name = name.rstrip("/")
+    for name in _children(model_home):
         if not name.startswith(STAGING_PREFIX):
             continue
         started = name[len(STAGING_PREFIX) :].split("-", 1)[0]
         # Older releases named it without a time: stale by definition once we hold the lock
         # and see it (their publishers held no lock while copying, but are long gone).
         if not started.isdigit() or now - int(started) > STALE_STAGING_SECONDS:
-            tf.io.gfile.rmtree(posixpath.join(model_home, name))
+            _remove_tree(posixpath.join(model_home, name))
 
 
 def publish_model(
@@ -157,15 +201,17 @@ def publish_model(
         model_home, f"{STAGING_PREFIX}{int(time.time())}-{uuid.uuid4().hex[:8]}"
     )
     copy_tree(model_dir, staging)
-    tf.io.gfile.makedirs(posixpath.dirname(posixpath.join(staging, PUBLISH_RECORD)))
-    with tf.io.gfile.GFile(posixpath.join(staging, PUBLISH_RECORD), "w") as handle:
-        json.dump(
-            {"run_id": run_id, "source": model_dir, "evaluation": evaluation}, handle, indent=2
-        )
+    record = posixpath.join(staging, PUBLISH_RECORD)
+    fs, record_path = _fs(record)
+    fs.makedirs(posixpath.dirname(record_path), exist_ok=True)
+    _write_text(
+        record,
+        json.dumps({"run_id": run_id, "source": model_dir, "evaluation": evaluation}, indent=2),
+    )
     with _publish_lock(model_home):
         version = _published_version(model_home, run_id)
         if version is not None:  # the same run published meanwhile (a concurrent retry)
-            tf.io.gfile.rmtree(staging)
+            _remove_tree(staging)
             return {
                 "version": version,
                 "path": posixpath.join(model_home, str(version)),
@@ -173,7 +219,7 @@ def publish_model(
             }
         version = max(_versions(model_home), default=0) + 1
         target = posixpath.join(model_home, str(version))
-        tf.io.gfile.rename(staging, target, overwrite=False)
+        _rename_tree(staging, target)
         _set_latest(model_home, version)
     return {"version": version, "path": target, "reused": False}
 
@@ -194,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-id", required=True, help="Identifies this publication.")
     parser.add_argument("--evaluation", help="evaluation.json to keep with the version.")
     args = parser.parse_args(argv)
-    if not tf.io.gfile.exists(posixpath.join(args.model, "saved_model.pb")):
+    if not _exists(posixpath.join(args.model, "saved_model.pb")):
         print(f"error: no SavedModel at {args.model}", file=sys.stderr)
         return 2
     evaluation = _read_json(args.evaluation) if args.evaluation else None

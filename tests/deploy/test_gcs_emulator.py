@@ -191,3 +191,34 @@ def test_gs_paths_with_glob_characters_are_literal_and_reuse_works(emulator, tmp
     assert "reused the 12 records in gs://imagepipe/o[1]*" in second.stdout
     pointer = json.loads(fs.cat_file("imagepipe/again/metadata.json"))
     assert pointer["location"] == "gs://imagepipe/o[1]*"
+
+
+def test_publishing_to_gs_versions_the_model_under_a_literal_root(emulator, tmp_path):
+    """The publish task runs on the Airflow worker without TensorFlow: fsspec to gs://."""
+    fs, env = emulator
+    model = tmp_path / "model"
+    (model / "variables").mkdir(parents=True)
+    (model / "saved_model.pb").write_bytes(b"graph")
+    (model / "variables" / "variables.index").write_bytes(b"index")
+    fs.pipe("imagepipe/models1/shapes/9/saved_model.pb", b"decoy")  # what [1] would match
+
+    def publish(run_id):
+        return subprocess.run(
+            [sys.executable, "-m", "orchestration.publish", "--model", str(model),
+             "--model-root", "gs://imagepipe/models[1]", "--model-name", "shapes",
+             "--run-id", run_id],
+            env=env, capture_output=True, text=True, timeout=120, cwd=REPO,
+        )  # fmt: skip
+
+    runs = [publish("run-a"), publish("run-b"), publish("run-a")]
+    assert [r.returncode for r in runs] == [0, 0, 0], runs[-1].stderr[-2000:]
+    assert runs[0].stdout.strip().endswith("version 1: gs://imagepipe/models[1]/shapes/1")
+    assert "already published as version 1" in runs[2].stdout
+    home = "imagepipe/models[1]/shapes"
+    assert fs.cat_file(f"{home}/LATEST").strip() == b"2"
+    assert fs.cat_file(f"{home}/2/variables/variables.index") == b"index"
+    record = json.loads(fs.cat_file(f"{home}/2/assets.extra/publish.json"))
+    assert record["run_id"] == "run-b"
+    fs.invalidate_cache()
+    names = {p[len(home) + 1 :].split("/")[0] for p in fs.find("imagepipe") if p.startswith(home)}
+    assert names == {"1", "2", "LATEST"}  # no staging left behind

@@ -14,10 +14,17 @@ import posixpath
 
 import tensorflow as tf
 
-from orchestration.publish import copy_tree
 from training import train
 from training.evaluate import evaluate_saved_model
 from training.shards import ShardSet
+
+
+def copy_tree(source: str, target: str) -> None:
+    for directory, _, files in tf.io.gfile.walk(source):
+        for name in files:
+            relative = posixpath.relpath(posixpath.join(directory, name), source)
+            tf.io.gfile.makedirs(posixpath.dirname(posixpath.join(target, relative)))
+            tf.io.gfile.copy(posixpath.join(directory, name), posixpath.join(target, relative))
 
 
 def test_train_and_evaluate_from_shards_on_a_non_local_filesystem(trainable_shards, tmp_path):
