@@ -89,6 +89,9 @@ class FolderMetadata:
     error_fraction: float
     fingerprint: str = ""
     location: str = ""  # set when this output reuses another folder's shards
+    # The writer's --max-side: images were resized to at most this many pixels on their
+    # longer side (0: stored as read). Readers size their decode and cache by it.
+    max_side: int = 0
     raw: dict = field(default_factory=dict, repr=False, compare=False)
 
     @classmethod
@@ -122,6 +125,7 @@ class FolderMetadata:
             }
             compression = str(raw.get("compression", DEFAULT_COMPRESSION))
             error_fraction = float(raw.get("error_fraction", 0.0))
+            max_side = int((raw.get("params") or {}).get("max_side") or 0)
         except (KeyError, TypeError, ValueError, AttributeError) as err:
             raise MetadataError(f"{METADATA} is malformed ({type(err).__name__}: {err})") from None
         if compression not in COMPRESSIONS:
@@ -140,6 +144,7 @@ class FolderMetadata:
             error_fraction=error_fraction,
             fingerprint=str(raw.get("fingerprint", "")),
             location=str(raw.get("location") or ""),
+            max_side=max_side,
             raw=raw,
         )
 

@@ -56,11 +56,6 @@ class ShardSet:
         return cls(directory, folder)
 
     @property
-    def metadata(self) -> dict:
-        """The whole `metadata.json` (parameters, counts by reason: more than readers need)."""
-        return self.folder.raw
-
-    @property
     def shard_root(self) -> str:
         """Where the shard files are: here, or the folder a reused output points at."""
         return self.folder.shard_root(self.directory)

@@ -131,6 +131,7 @@ class Trainer:
             seed=config.seed,
         )
         self.service_address, self._local_service = self._input_service()
+        self._eval_step = None
         self.resumed_from_step = 0
         self.stop_requested = False  # set from the SIGTERM handler
         self.diagnosis: dict = {}
@@ -298,6 +299,10 @@ class Trainer:
         raise Preempted(step)
 
     def _eval_step_fn(self):
+        """One traced function per trainer: a new one per evaluation would retrace each
+        epoch (and TensorFlow warns about it)."""
+        if self._eval_step is not None:
+            return self._eval_step
         strategy, model = self.strategy, self.model
 
         def replica_eval(images, labels):
@@ -309,11 +314,12 @@ class Trainer:
             count = tf.cast(tf.shape(labels)[0], tf.float32)
             return tf.stack([loss_sum, correct, count])
 
-        @tf.function
+        @tf.function(reduce_retracing=True)  # the last batch of a split is smaller
         def eval_step(batch):
             stats = strategy.run(replica_eval, args=batch)
             return strategy.reduce(tf.distribute.ReduceOp.SUM, stats, axis=None)
 
+        self._eval_step = eval_step
         return eval_step
 
     def measure_compute_step(self, steps: int = 10) -> float:
@@ -393,7 +399,7 @@ class Trainer:
                     ceiling_per_worker=ceiling,
                     num_workers=self.cluster.num_workers,
                     image_size=self.config.image_size,
-                    max_side=int(self.shards.metadata.get("params", {}).get("max_side", 0)),
+                    max_side=self.shards.folder.max_side,
                     cached=cached,
                 ),
             )

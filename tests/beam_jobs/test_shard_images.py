@@ -14,6 +14,7 @@ import tensorflow as tf
 from beam_jobs import shard_images
 from beam_jobs.splits import assign_split
 from training import features
+from training.shards import ShardSet
 
 IN_PROCESS = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
 FRACTIONS = {"train": 0.8, "validation": 0.1, "test": 0.1}
@@ -116,6 +117,7 @@ def test_resize_reencodes_and_bounds_the_longest_side(sample_images, tmp_path):
         assert max(height, width) == 32
         decoded = tf.io.decode_image(parsed[features.IMAGE_ENCODED])
         assert decoded.shape[:2] == (height, width)
+    assert ShardSet.open(output).folder.max_side == 32  # what the trainer sizes its cache by
 
 
 def test_rerun_with_other_shard_count_replaces_output_cleanly(sample_images, tmp_path):

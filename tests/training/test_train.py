@@ -60,7 +60,7 @@ def two_worker_run(trainable_shards, tmp_path_factory):
         "--data", trainable_shards, "--output", str(output), "--epochs", str(EPOCHS), "--evaluate"
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
-    return output, proc.stdout
+    return output, proc.stdout + proc.stderr
 
 
 def test_two_workers_learn_and_stay_in_sync(two_worker_run):
@@ -74,6 +74,14 @@ def test_two_workers_learn_and_stay_in_sync(two_worker_run):
     epoch_lines = [line for line in log.splitlines() if f"epoch {EPOCHS}/{EPOCHS}" in line]
     assert len(epoch_lines) == 2  # one readable line per epoch from each worker
     assert (output / "tensorboard").is_dir() and os.listdir(output / "tensorboard")
+
+
+def test_a_healthy_run_logs_no_warning_or_error(two_worker_run):
+    # Retracing warnings, the scoped-allocator error, TensorFlow's banner: none is a problem
+    # of the run, so none may reach the user (the launcher relays both workers' output).
+    _, log = two_worker_run
+    noise = [line for line in log.splitlines() if re.search(r"WARNING|ERROR|retracing", line)]
+    assert not noise, noise[:5]
 
 
 def test_every_run_diagnoses_its_input(two_worker_run):
