@@ -35,6 +35,14 @@ DEFAULT_MODEL_ROOT = os.environ.get(
     "IMAGEPIPE_MODEL_ROOT", os.path.join(REPO, "demo-output", "models")
 )
 TRAINER_IMAGE = os.environ.get("IMAGEPIPE_TRAINER_IMAGE", "imagepipe-trainer:latest")
+# The tasks that run TensorFlow on the Airflow worker when the launcher is local (train,
+# evaluate) can go to their own executor queue: docker/compose.yaml serves it with the one
+# Airflow image that has TensorFlow; every other worker installs none.
+TENSORFLOW_QUEUE = (
+    {"queue": os.environ["IMAGEPIPE_TRAINING_QUEUE"]}
+    if os.environ.get("IMAGEPIPE_TRAINING_QUEUE")
+    else {}
+)
 
 # Consumers refer to these by name (Asset.ref(name="imagepipe_model")).
 SHARDS = Asset(name="imagepipe_shards", uri="imagepipe://image_model_pipeline/shards")
@@ -120,6 +128,7 @@ def image_model_pipeline():
         retry_delay=dt.timedelta(minutes=1),
         retry_exponential_backoff=True,
         execution_timeout=dt.timedelta(hours=24),
+        **TENSORFLOW_QUEUE,
     )
     def train(shards: dict) -> dict:
         from orchestration.launchers import (
@@ -177,7 +186,7 @@ def image_model_pipeline():
         lineage.record(inputs=[job.data], outputs=[result["model_dir"]])
         return result
 
-    @task(retries=1, execution_timeout=dt.timedelta(hours=2))
+    @task(retries=1, execution_timeout=dt.timedelta(hours=2), **TENSORFLOW_QUEUE)
     def evaluate(trained: dict) -> dict:
         from orchestration.evaluation import evaluate_run, write_json
         from orchestration.plots import write_run_plots

@@ -1,5 +1,8 @@
-# Airflow 3 with the project's DAGs, providers and libraries (the tasks import beam_jobs and
-# training at run time; the local training launcher and evaluation run TensorFlow on CPU).
+# Airflow 3 with the project's DAGs, providers and libraries. By default without TensorFlow:
+# the scheduler, API server and workers shard (Beam) and publish, and with the kubernetes or
+# vertex launcher the trainers evaluate where they train. The local launcher trains and
+# evaluates on the Airflow worker: docker/compose.yaml builds one worker with
+# --build-arg EXTRAS=beam,cpu,airflow and sends those two tasks to its queue.
 # Build from the repository root: docker build -f docker/airflow.Dockerfile -t imagepipe-airflow .
 FROM python:3.11.7-slim-bookworm AS build
 WORKDIR /src
@@ -12,8 +15,9 @@ COPY orchestration orchestration
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
 FROM apache/airflow:3.3.2-python3.11
+ARG EXTRAS=beam,airflow
 COPY --from=build /wheels /wheels
 COPY constraints.txt /opt/imagepipe/constraints.txt
 RUN WHEEL="$(ls /wheels/*.whl)" \
-    && pip install --no-cache-dir -c /opt/imagepipe/constraints.txt "${WHEEL}[beam,cpu,airflow]"
+    && pip install --no-cache-dir -c /opt/imagepipe/constraints.txt "${WHEEL}[${EXTRAS}]"
 COPY --chown=airflow:0 dags /opt/airflow/dags

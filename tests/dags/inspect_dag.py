@@ -63,6 +63,7 @@ print(
                 t.task_id: t.execution_timeout.total_seconds() if t.execution_timeout else None
                 for t in dag.tasks
             },
+            "queues": {t.task_id: t.queue for t in dag.tasks},
             "outlets": {t.task_id: [a.name for a in t.outlets] for t in dag.tasks},
             "shard_operator": [c.__name__ for c in type(dag.get_task("shard_images")).__mro__],
             "consumer_schedule": [a.name for a in bag.dags["model_published"].schedule],

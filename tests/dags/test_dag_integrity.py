@@ -52,6 +52,10 @@ def test_tasks_and_dependencies_are_as_documented(parsed):
     assert parsed["consumer_schedule"] == ["imagepipe_model"]  # another DAG runs on a new model
 
 
+def test_every_task_uses_the_default_queue_unless_configured(parsed):
+    assert len(set(parsed["queues"].values())) == 1  # IMAGEPIPE_TRAINING_QUEUE unset
+
+
 def test_scheduling_retries_and_timeouts(parsed):
     assert parsed["schedule"] == "@daily"
     assert parsed["catchup"] is False and parsed["max_active_runs"] == 1

@@ -1,5 +1,6 @@
 """Offline checks of the container set-up (no Docker engine runs here)."""
 
+import json
 import re
 import shutil
 import subprocess
@@ -29,11 +30,30 @@ def test_compose_has_the_production_like_services(compose):
         "airflow-dag-processor",
         "airflow-triggerer",
         "airflow-worker",
+        "airflow-worker-training",
     }
     assert (
         compose["services"]["airflow-scheduler"]["environment"]["AIRFLOW__CORE__EXECUTOR"]
         == "CeleryExecutor"
     )
+
+
+def test_tensorflow_tasks_go_to_the_queue_the_training_worker_serves(compose, tmp_path):
+    from tests.dags.airflow_env import airflow_env
+
+    queue = compose["services"]["airflow-worker"]["environment"]["IMAGEPIPE_TRAINING_QUEUE"]
+    command = compose["services"]["airflow-worker-training"]["command"]
+    assert command[:2] == ["celery", "worker"] and command[command.index("--queues") + 1] == queue
+    assert "--queues" not in compose["services"]["airflow-worker"]["command"]
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "tests" / "dags" / "inspect_dag.py"), str(REPO / "dags")],
+        env={**airflow_env(tmp_path), "IMAGEPIPE_TRAINING_QUEUE": queue},
+        capture_output=True, text=True, timeout=300, cwd=REPO,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    queues = json.loads(proc.stdout.strip().splitlines()[-1])["queues"]
+    assert {task for task, name in queues.items() if name == queue} == {"train", "evaluate"}
+    assert len(set(queues.values())) == 2  # the rest stay on the default queue
 
 
 def test_no_secret_is_baked_into_compose(compose):
