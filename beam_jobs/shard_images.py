@@ -255,12 +255,36 @@ def run(argv: list[str] | None = None) -> int:
     return 0
 
 
+# What every worker process of Beam's local runner reports at start (relayed through the
+# runner's job service as warnings): they concern a pickled interactive __main__ session,
+# which this job, run as a module, never has.
+_HARMLESS_WORKER_NOTICES = ("No semi_persistent_directory found", "No session file found")
+
+
+def _not_a_harmless_worker_notice(record: logging.LogRecord) -> bool:
+    message = record.getMessage()
+    return not any(notice in message for notice in _HARMLESS_WORKER_NOTICES)
+
+
 def configure_logging() -> None:
-    """Our progress at INFO; Beam's worker chatter only when it is a warning."""
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    """Progress (INFO) on stdout, problems (WARNING and up) on stderr; Beam's own lines
+    only when they are warnings.
+
+    Airflow's Beam operator logs a job's stdout as info and its stderr as warnings, so
+    progress on stderr would read as trouble in the task log."""
+    formatter = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    progress, problems = logging.StreamHandler(sys.stdout), logging.StreamHandler(sys.stderr)
+    progress.addFilter(lambda record: record.levelno < logging.WARNING)
+    problems.setLevel(logging.WARNING)
+    root = logging.getLogger()
+    for handler in (progress, problems):
+        handler.setFormatter(formatter)
+        root.addHandler(handler)
+    root.setLevel(logging.INFO)
     logging.getLogger("apache_beam").setLevel(logging.WARNING)
+    logging.getLogger("apache_beam.runners.portability.local_job_service").addFilter(
+        _not_a_harmless_worker_notice
+    )
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from __future__ import annotations
 from airflow.providers.apache.beam.operators.beam import BeamRunPythonPipelineOperator
 from airflow.providers.google.cloud.hooks.dataflow import DataflowJobStatus
 from airflow.providers.google.cloud.links.dataflow import DataflowJobLink
+from airflow.providers.google.cloud.operators.dataflow import DataflowConfiguration
 
 from orchestration import lineage
 from orchestration.resumable import RerunnableJobMixin
@@ -44,6 +45,14 @@ class ShardImagesOperator(RerunnableJobMixin, BeamRunPythonPipelineOperator):
             inputs=[self.pipeline_options["input"]], outputs=[self.pipeline_options["output"]]
         )
         return result
+
+    def _cast_dataflow_config(self):
+        # Beam's operator fills in a default configuration and then warns "dataflow_config is
+        # defined but runner is different than DataflowRunner" on every run of another
+        # runner; with none given there is nothing to warn about.
+        if self.dataflow_config or self.runner.lower() == "dataflowrunner":
+            return super()._cast_dataflow_config()
+        self.dataflow_config = DataflowConfiguration(job_name=self.task_id)
 
     def execute_on_dataflow(self, context):
         return self.execute_resumable(context)

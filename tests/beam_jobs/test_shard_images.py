@@ -247,6 +247,10 @@ def test_cli_default_runner_and_worker_processes_write_identical_shards(sample_i
     parallel = _json(workers / "metadata.json")
     assert parallel["runner"] == "FnApiRunner (multi_processing, 2 worker(s))"
     assert _shard_hashes(parallel) == _shard_hashes(metadata)
+    # Progress on stdout, stderr only for problems (Airflow logs the job's stderr as
+    # warnings); the workers' notices about pickled __main__ sessions are not problems.
+    assert "INFO beam_jobs.plan: planned 48 inputs" in proc.stdout
+    assert proc.stderr == "", proc.stderr[-3000:]
     assert not [p for p in workers.rglob("*") if p.name.startswith("_staging")]
 
 

@@ -6,6 +6,7 @@ runner does) and the Dataflow API (job state, wait). The task's state store is
 the dict the task runner would hand over.
 """
 
+import logging
 from types import SimpleNamespace
 
 import pytest
@@ -126,3 +127,24 @@ def test_job_names_are_valid_for_dataflow_and_one_per_run():
         assert DataflowHook.build_dataflow_job_name(name, append_job_name=False) == name
         assert len(name) <= 64
     assert dataflow_job_name(RUN_ID) == dataflow_job_name(RUN_ID)
+
+
+def test_a_local_run_does_not_warn_about_a_dataflow_config_it_was_not_given(
+    monkeypatch, caplog, capsys
+):
+    launched = []
+    monkeypatch.setattr(BeamHook, "start_python_pipeline", lambda _, **kw: launched.append(kw))
+    operator = ShardImagesOperator(
+        task_id="shard_images",
+        py_file="beam_jobs.shard_images",
+        py_options=["-m"],
+        runner="DirectRunner",
+        pipeline_options={"input": "/in", "output": "/out"},
+        dataflow_config=dataflow_config({"beam_runner": "DirectRunner"}, RUN_ID),
+    )
+    with caplog.at_level(logging.WARNING):
+        operator.execute({"ti": SimpleNamespace(stats_tags={}, xcom_push=lambda *_: None)})
+    assert len(launched) == 1 and launched[0]["variables"]["output"] == "/out"
+    logged = caplog.text + capsys.readouterr().out  # Airflow's task logger is structlog
+    assert "Task Runner" in logged  # (this test calls execute directly: the logger is seen)
+    assert "dataflow_config is defined" not in logged
