@@ -30,9 +30,9 @@ MIN_ACCURACY = 0.5
 EPOCHS = 16
 
 
-def _launch(*args, timeout=900):
+def _launch(*args, timeout=900, workers=2):
     return subprocess.run(
-        [sys.executable, "-m", "training.launch", "--num-workers", "2", *args],
+        [sys.executable, "-m", "training.launch", "--num-workers", str(workers), *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -74,6 +74,27 @@ def test_two_workers_learn_and_stay_in_sync(two_worker_run):
     epoch_lines = [line for line in log.splitlines() if f"epoch {EPOCHS}/{EPOCHS}" in line]
     assert len(epoch_lines) == 2  # one readable line per epoch from each worker
     assert (output / "tensorboard").is_dir() and os.listdir(output / "tensorboard")
+
+
+def test_one_worker_at_the_same_global_batch_learns_as_two_do(
+    two_worker_run, trainable_shards, tmp_path
+):
+    """Data parallelism changes where a step is computed, not what is learned: one worker
+    with the two workers' global batch (hence the same learning rate) and seed ends in the
+    same accuracy band."""
+    output, _ = two_worker_run
+    two = json.loads((output / "metrics.json").read_text())["epochs"][-1]
+    config = json.loads((output / "config.json").read_text())
+    single = tmp_path / "one"
+    proc = _launch(
+        "--data", trainable_shards, "--output", str(single), "--epochs", str(EPOCHS),
+        "--per-replica-batch-size", str(2 * config["per_replica_batch_size"]), workers=1,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    one = json.loads((single / "metrics.json").read_text())["epochs"][-1]
+    assert one["step"] == two["step"]  # same global batch: the same number of steps
+    assert min(one["val_accuracy"], two["val_accuracy"]) >= MIN_ACCURACY, (one, two)
+    assert abs(one["val_accuracy"] - two["val_accuracy"]) <= 0.3, (one, two)
 
 
 def test_a_healthy_run_logs_no_warning_or_error(two_worker_run):
