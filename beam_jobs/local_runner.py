@@ -6,11 +6,16 @@ becomes Prism), then falls back to the FnApiRunner for batch pipelines. So the
 local runner is named explicitly: `FnApiRunner`, Beam's own portable local
 runner, also when a user asks for `DirectRunner`.
 
-Worker processes pay off only when there is enough work: each starts its own
-Python with Beam (seconds), and the runner process proxies their data. The
-constants below are the fixed and per-image costs measured by `make bench`
-(`bench/sharding.py`, 2 cores, least squares over three sizes); the job takes
-whichever mode they predict is faster for its number of images and cores.
+Three ways to run it here: in this process on one thread; on worker threads in
+this process; or in worker processes. Threads start nothing (the same fixed
+cost as one thread) and overlap what releases the GIL, which is most of a
+sharding job's work: Pillow's decoding, hashing, file reads and writes. Worker
+processes also parallelise the Python around it, but each starts its own
+Python with Beam (seconds) and the runner process relays their control
+traffic. The constants below are the fixed and per-image costs measured by
+`make bench` (`bench/sharding.py`, 2 cores, least squares over three sizes);
+the job takes whichever mode they predict is fastest for its number of images
+and cores.
 """
 
 from __future__ import annotations
@@ -23,17 +28,20 @@ LOCAL_RUNNER = "FnApiRunner"
 LOCAL_RUNNER_NAMES = (None, "DirectRunner", "SwitchingDirectRunner", LOCAL_RUNNER)
 
 # Measured by `make bench` (bench/results/sharding.json, 2 cores, 300-3,000 images): in one
-# process; with 2 worker processes (0.92 ms/image of wall time, i.e. 1.85 ms of CPU per image
-# spread over the workers). The crossover on 2 cores is about 5,000 images.
+# thread; on 2 worker threads (wall time per image: the GIL-holding part does not scale with
+# threads, so it is not divided by the cores below); with 2 worker processes (CPU per image,
+# spread over the workers).
 IN_PROCESS_FIXED_S = 1.95
 IN_PROCESS_MS_PER_IMAGE = 1.29
+THREADS_FIXED_S = 1.95
+THREADS_MS_PER_IMAGE = 0.91
 WORKERS_FIXED_S = 3.89
 WORKERS_CPU_MS_PER_IMAGE = 1.85
 
 
 @dataclass(frozen=True)
 class LocalMode:
-    running_mode: str  # "in_memory" or "multi_processing"
+    running_mode: str  # "in_memory", "multi_threading" or "multi_processing"
     workers: int
 
 
@@ -47,16 +55,20 @@ def available_cores() -> int:
 def predicted_seconds(mode: LocalMode, num_images: int) -> float:
     if mode.running_mode == "in_memory":
         return IN_PROCESS_FIXED_S + IN_PROCESS_MS_PER_IMAGE * num_images / 1000
+    if mode.running_mode == "multi_threading":
+        return THREADS_FIXED_S + THREADS_MS_PER_IMAGE * num_images / 1000
     return WORKERS_FIXED_S + WORKERS_CPU_MS_PER_IMAGE * num_images / 1000 / mode.workers
 
 
 def choose_local_mode(num_images: int, cores: int | None = None) -> LocalMode:
-    """One process for small jobs, one worker process per core for large ones."""
+    """The mode predicted fastest: one thread per core in this process for most jobs on
+    few cores, one worker process per core for large jobs or many cores."""
     cores = cores or available_cores()
-    in_process = LocalMode("in_memory", 1)
     if cores < 2:
-        return in_process
-    workers = LocalMode("multi_processing", cores)
-    if predicted_seconds(workers, num_images) < predicted_seconds(in_process, num_images):
-        return workers
-    return in_process
+        return LocalMode("in_memory", 1)
+    candidates = (
+        LocalMode("in_memory", 1),
+        LocalMode("multi_threading", cores),
+        LocalMode("multi_processing", cores),
+    )
+    return min(candidates, key=lambda mode: predicted_seconds(mode, num_images))

@@ -2,8 +2,8 @@
 
     python -m beam_jobs.shard_images --input IMAGES --output SHARDS [Beam options]
 
-Runs on Beam's local runner (in-process or one worker per core, by input
-size: beam_jobs/local_runner.py) unless a `--runner` is given;
+Runs on Beam's local runner (one thread, a thread per core or a worker process
+per core, by input size and cores: beam_jobs/local_runner.py) unless a `--runner` is given;
 `--runner DataflowRunner --project ... --region ... --temp_location gs://...`
 (or Flink/Spark with their usual options) runs the same pipeline elsewhere.
 Exit codes: 0 done, 1 too many rejected images, 2 bad parameters or input.
@@ -71,8 +71,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Shard raw images into TFRecords. Flags not listed here are passed to "
         "Beam as pipeline options (--runner, --direct_num_workers, --project, --region, "
         "--temp_location, ...). Without --runner (or with DirectRunner) Beam's local "
-        "FnApiRunner runs it, in this process for small inputs and in one worker process "
-        "per core for large ones; --direct_running_mode/--direct_num_workers override that.",
+        "FnApiRunner runs it in the mode measured fastest for the input's size and the "
+        "machine's cores (one thread, a thread per core, or a worker process per core); "
+        "--direct_running_mode/--direct_num_workers override that.",
     )
     add_arguments(parser)
     return parser
@@ -160,9 +161,9 @@ def shard_images(
 ) -> ShardResult:
     """Plan, run the pipeline, publish. Raises InputError / ErrorBudgetExceeded.
 
-    `choose_local`: on the local runner, pick in-process or one worker process
-    per core by the planned number of images (what `beam_jobs.local_runner`
-    measured faster), instead of what `options` says.
+    `choose_local`: on the local runner, pick one thread, a thread per core or a
+    worker process per core by the planned number of images (what
+    `beam_jobs.local_runner` measured fastest), instead of what `options` says.
     """
     started = time.monotonic()
     # Listing, staging and publishing run in this process, outside the pipeline: give

@@ -70,6 +70,25 @@ def rows(results: dict) -> list[tuple[str, str, str]]:
              f"{lines['beam_in_process']['seconds_per_image'] * 1e3:.2f} ms",
              f"ratio_2_workers_vs_in_process {r['ratio_2_workers_vs_in_process']:.2f}"),
         ]  # fmt: skip
+        if "beam_2_threads" in runs:
+            threads = runs["beam_2_threads"]
+            validation = r["validation_seconds_by_processes"]
+            out += [
+                (f"Beam job on 2 worker threads (one process) vs Python loop, {n} images",
+                 f"{threads[n]['images_per_second']:,.0f} vs "
+                 f"{runs['python_loop'][n]['images_per_second']:,.0f}",
+                 f"ratio_2_threads_vs_naive {r['ratio_2_threads_vs_naive']:.2f}"),
+                ("Beam job 2 threads vs 1 thread; fixed s / per-image ms on 2 threads",
+                 f"{threads[n]['images_per_second']:,.0f} vs "
+                 f"{runs['beam_in_process'][n]['images_per_second']:,.0f}; "
+                 f"{lines['beam_2_threads']['fixed_seconds']:.1f} s / "
+                 f"{lines['beam_2_threads']['seconds_per_image'] * 1e3:.2f} ms",
+                 f"ratio_2_threads_vs_1_thread {r['ratio_2_threads_vs_1_thread']:.2f}"),
+                (f"machine ceiling: validation alone, {n} images, 1 vs 2 pool processes (s)",
+                 f"{validation['1']['median']:.2f} vs {validation['2']['median']:.2f}",
+                 f"validation_ratio_2_vs_1_processes "
+                 f"{r['validation_ratio_2_vs_1_processes']:.2f}"),
+            ]  # fmt: skip
     if "training" in results:
         r = results["training"]
         ips = r["images_per_second"]

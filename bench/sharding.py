@@ -5,8 +5,11 @@ start-up cost and a per-image cost (a least-squares line through
 (images, seconds)): the job with 2 worker processes, in one process, and with
 its default (which picks between those two by input size, from the costs
 measured here: beam_jobs/local_runner.py), against the loop. The job also runs
-with 1 worker process at every size, against 2, to show how it grows with cores.
-Every run is a fresh process, as a user would start it.
+with 1 worker process at every size, against 2, to show how it grows with cores,
+and on 2 worker threads in one process. Every run is a fresh process, as a user
+would start it. Beside them, the machine's own ceiling for this work: the
+validation alone (`prepare_image` on every file) in 1 and in 2 processes of a
+process pool, started before the clock runs.
 """
 
 from __future__ import annotations
@@ -15,12 +18,22 @@ import argparse
 import shutil
 import statistics
 import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 from bench import common
 
-METHODS = ("python_loop", "beam_in_process", "beam_1_worker", "beam_2_workers", "beam_default")
+METHODS = (
+    "python_loop",
+    "beam_in_process",
+    "beam_1_worker",
+    "beam_2_workers",
+    "beam_2_threads",
+    "beam_default",
+)
 FITTED = METHODS
+THREADS = ["--direct_running_mode=multi_threading", "--direct_num_workers=2"]
 
 
 def run_once(method: str, images: Path, out: Path) -> float:
@@ -31,8 +44,32 @@ def run_once(method: str, images: Path, out: Path) -> float:
         return common.timed(command, cwd=common.REPO, env=common.bench_env())
     if method == "beam_in_process":
         return common.shard(images, out, flags=["--direct_running_mode=in_memory"])
+    if method == "beam_2_threads":
+        return common.shard(images, out, flags=THREADS)
     workers = {"beam_1_worker": 1, "beam_2_workers": 2}.get(method, 0)  # 0: the job's default
     return common.shard(images, out, workers=workers)
+
+
+def _validate(path: str) -> bool:
+    from beam_jobs.images import ImageRejected, prepare_image
+
+    with open(path, "rb") as handle:
+        data = handle.read()
+    try:
+        prepare_image(data)
+    except ImageRejected:
+        return False
+    return True
+
+
+def validation_seconds(images: Path, processes: int) -> float:
+    """The validation work alone on `processes` pool processes (started beforehand)."""
+    paths = sorted(str(p) for p in images.rglob("*") if p.is_file() and not p.name.startswith("."))
+    with ProcessPoolExecutor(processes) as pool:
+        list(pool.map(_validate, paths[:processes]))  # start and import before timing
+        started = time.perf_counter()
+        list(pool.map(_validate, paths, chunksize=32))
+        return time.perf_counter() - started
 
 
 def fit_line(points: list[tuple[int, float]]) -> dict:
@@ -62,6 +99,12 @@ def run(work: Path, *, sizes: list[int], repeats: int, results_dir: Path = commo
                 "images_per_second": count / statistics.median(seconds),
             }
     largest = max(per_size["python_loop"])
+    validation = {
+        str(k): common.summary(
+            [validation_seconds(common.sample_images(work, sizes[-1]), k) for _ in range(repeats)]
+        )
+        for k in (1, 2)
+    }
     lines = {
         m: fit_line([(n, r["seconds"]["median"]) for n, r in per_size[m].items()]) for m in FITTED
     }
@@ -84,6 +127,10 @@ def run(work: Path, *, sizes: list[int], repeats: int, results_dir: Path = commo
         / lines["beam_2_workers"]["seconds_per_image"],
         "marginal_ratio_2_vs_1_workers": lines["beam_1_worker"]["seconds_per_image"]
         / lines["beam_2_workers"]["seconds_per_image"],
+        "ratio_2_threads_vs_naive": at_largest("beam_2_threads") / at_largest("python_loop"),
+        "ratio_2_threads_vs_1_thread": at_largest("beam_2_threads") / at_largest("beam_in_process"),
+        "validation_seconds_by_processes": validation,
+        "validation_ratio_2_vs_1_processes": validation["1"]["median"] / validation["2"]["median"],
     }
     common.write_result("sharding", result, results_dir)
     return result

@@ -12,6 +12,7 @@ import pytest
 import tensorflow as tf
 
 from beam_jobs import shard_images
+from beam_jobs.local_runner import choose_local_mode
 from beam_jobs.splits import assign_split
 from training import features
 from training.shards import ShardSet
@@ -231,16 +232,23 @@ def _shard_hashes(metadata: dict) -> dict:
 
 
 def test_cli_default_runner_and_worker_processes_write_identical_shards(sample_images, tmp_path):
-    """The documented command as a user runs it (the local runner picks one process for 48
-    images), then with two worker processes: the same shards, byte for byte."""
+    """The documented command as a user runs it (the local runner picks its mode for 48
+    images and this machine's cores), then with two worker processes, then on one thread:
+    the same shards, byte for byte."""
     default, workers = tmp_path / "default", tmp_path / "workers"
     proc = _cli("--input", sample_images, "--output", str(default))
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "sharded 48/48 images" in proc.stdout
     assert (default / "_SUCCESS").exists()
     metadata = _json(default / "metadata.json")
-    assert metadata["runner"] == "FnApiRunner (in_memory, 1 worker(s))"
+    mode = choose_local_mode(48)
+    assert metadata["runner"] == f"FnApiRunner ({mode.running_mode}, {mode.workers} worker(s))"
     assert metadata["params"]["input"] == sample_images
+
+    one_thread = tmp_path / "one_thread"
+    proc = _cli("--input", sample_images, "--output", str(one_thread), *IN_PROCESS)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert _shard_hashes(_json(one_thread / "metadata.json")) == _shard_hashes(metadata)
 
     proc = _cli("--input", sample_images, "--output", str(workers), "--direct_num_workers=2")
     assert proc.returncode == 0, proc.stderr[-3000:]
