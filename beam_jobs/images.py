@@ -27,6 +27,13 @@ from PIL import Image, ImageOps, PngImagePlugin, UnidentifiedImageError
 
 from shardspec.example import MAX_PIXELS
 
+# Set once for the process, not per call: `warnings.catch_warnings` swaps the global filter
+# list and is not safe on the local runner's worker threads. Pillow warns (instead of
+# raising) between 1x and 2x its own pixel limit, and about odd chunks while verifying; our
+# explicit checks decide, by exceptions, and the warnings would only be noise in the logs.
+warnings.filterwarnings("ignore", category=Image.DecompressionBombWarning)
+warnings.filterwarnings("ignore", module=r"PIL(\.|$)")
+
 # Formats accepted as input. JPEG and PNG are stored as they are; the others are
 # converted to PNG (lossless) because the trainer's decoder is only fed JPEG/PNG.
 # MPO (what many phone cameras write: a JPEG followed by more JPEG frames) is stored as
@@ -80,11 +87,7 @@ def prepare_image(data: bytes, *, max_side: int = 0, max_pixels: int = MAX_PIXEL
     if not data:
         raise ImageRejected("empty_file")
     try:
-        with warnings.catch_warnings():
-            # Pillow warns (instead of raising) between 1x and 2x its own limit;
-            # our explicit pixel check below is the one that decides.
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            image = Image.open(io.BytesIO(data))
+        image = Image.open(io.BytesIO(data))  # the pixel check below decides, not Pillow
     except UnidentifiedImageError:
         raise ImageRejected("not_an_image", "no known image header") from None
     except Image.DecompressionBombError as err:
@@ -147,9 +150,7 @@ def _proven(data: bytes, source_format: str) -> bool:
         return False
     if source_format == "PNG":
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                Image.open(io.BytesIO(data)).verify()  # every chunk's CRC, through IEND
+            Image.open(io.BytesIO(data)).verify()  # every chunk's CRC, through IEND
         except Exception:
             return False
     return True

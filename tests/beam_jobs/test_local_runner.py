@@ -5,13 +5,17 @@ from beam_jobs.local_runner import LOCAL_RUNNER, LocalMode, choose_local_mode, p
 from beam_jobs.shard_images import pipeline_options
 
 
-def test_jobs_on_few_cores_run_on_threads_in_this_process():
+def test_tiny_jobs_run_on_one_thread():
+    assert choose_local_mode(10, cores=2) == LocalMode("in_memory", 1)
+
+
+def test_mid_sized_jobs_on_few_cores_run_on_threads_in_this_process():
     # Threads start nothing and overlap decoding, hashing and I/O (they release the GIL).
-    assert choose_local_mode(100, cores=2) == LocalMode("multi_threading", 2)
     assert choose_local_mode(3000, cores=2) == LocalMode("multi_threading", 2)
 
 
-def test_large_jobs_on_many_cores_get_one_worker_process_per_core():
+def test_large_jobs_get_one_worker_process_per_core():
+    assert choose_local_mode(100_000, cores=2) == LocalMode("multi_processing", 2)
     assert choose_local_mode(100_000, cores=8) == LocalMode("multi_processing", 8)
     assert choose_local_mode(100, cores=8).running_mode != "multi_processing"
 

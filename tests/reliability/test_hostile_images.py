@@ -190,11 +190,21 @@ def _fuzzed_corpus(count: int) -> dict[str, bytes]:
     return corpus
 
 
-def test_every_record_the_job_stores_from_a_fuzzed_corpus_decodes_in_the_trainer(tmp_path):
+@pytest.mark.parametrize(
+    "mode",
+    [
+        ["--direct_running_mode=in_memory", "--direct_num_workers=1"],
+        # Worker threads share one process: nothing in validation may depend on globals.
+        ["--direct_running_mode=multi_threading", "--direct_num_workers=4"],
+    ],
+    ids=["one_thread", "four_threads"],
+)
+def test_every_record_the_job_stores_from_a_fuzzed_corpus_decodes_in_the_trainer(
+    tmp_path, mode
+):
     """The class, not the instance: whatever the job stores, the trainer's own decoder
     (and the serving signature, which uses the same function) decodes."""
     from beam_jobs import shard_images
-    from tests.beam_jobs.test_shard_images import IN_PROCESS
     from training import features
 
     for name, data in _fuzzed_corpus(120).items():
@@ -203,7 +213,7 @@ def test_every_record_the_job_stores_from_a_fuzzed_corpus_decodes_in_the_trainer
         path.write_bytes(data)
     output = tmp_path / "out"
     args = ["--input", str(tmp_path / "in"), "--output", str(output), "--max-error-fraction", "1"]
-    assert shard_images.run([*args, *IN_PROCESS]) == 0
+    assert shard_images.run([*args, *mode]) == 0
     decode = tf.function(lambda encoded: features.decode_image(encoded, 32))
     stored = 0
     for shard in sorted(output.glob("*.tfrecord")):
