@@ -199,9 +199,7 @@ def _fuzzed_corpus(count: int) -> dict[str, bytes]:
     ],
     ids=["one_thread", "four_threads"],
 )
-def test_every_record_the_job_stores_from_a_fuzzed_corpus_decodes_in_the_trainer(
-    tmp_path, mode
-):
+def test_every_record_the_job_stores_from_a_fuzzed_corpus_decodes_in_the_trainer(tmp_path, mode):
     """The class, not the instance: whatever the job stores, the trainer's own decoder
     (and the serving signature, which uses the same function) decodes."""
     from beam_jobs import shard_images
