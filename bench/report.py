@@ -97,6 +97,13 @@ def rows(results: dict) -> list[tuple[str, str, str]]:
              f"{_rate(ips['2_workers'])} vs {_rate(ips['1_worker'])}",
              f"ratio_2_vs_1_workers {r['ratio_2_vs_1_workers']:.2f} (2.0 = linear)"),
         ]  # fmt: skip
+        if "ratio_2_vs_1_workers_sync_batch_norm" in r:
+            out.append(
+                ("same, 2 workers with BatchNorm over the global batch (--batch-norm sync)",
+                 f"{_rate(ips['2_workers_sync_batch_norm'])} vs {_rate(ips['1_worker'])}",
+                 f"ratio_2_vs_1_workers_sync_batch_norm "
+                 f"{r['ratio_2_vs_1_workers_sync_batch_norm']:.2f}")
+            )  # fmt: skip
         if "ratio_2_vs_1_workers_large_batch" in r:
             out.append(
                 (f"same, per-worker batch {r['large_batch_per_worker']} instead of "

@@ -31,6 +31,9 @@ RUNS = {  # name: (workers, synthetic input, per-replica batch multiple, tf.data
     # One trainer on core 0, its input on one tf.data service worker on core 1.
     "1_worker_input_service": (1, False, 1, True),
 }
+# The 2-worker run again with BatchNorm over the global batch (--batch-norm sync, the
+# default before local statistics): two all-reduces per layer per step on top of the gradients'.
+SYNC_BATCH_NORM_RUN = "2_workers_sync_batch_norm"
 
 
 def train_once(
@@ -42,6 +45,7 @@ def train_once(
     steps: int,
     batch_per_worker: int,
     input_service: bool = False,
+    batch_norm: str = "",
 ) -> float:
     shutil.rmtree(out, ignore_errors=True)
     command = [
@@ -55,6 +59,8 @@ def train_once(
     ]  # fmt: skip
     if synthetic:
         command.append("--synthetic-input")
+    if batch_norm:
+        command.append(f"--batch-norm={batch_norm}")
     if input_service:  # the launcher pins the service to the core after the trainers'
         command.append("--input-service=local:1")
     common.timed(command, cwd=common.REPO, env=common.bench_env())
@@ -89,6 +95,18 @@ def run(
         )
         for name, (workers, synthetic, multiple, service) in RUNS.items()
     }
+    rates[SYNC_BATCH_NORM_RUN] = common.repeat(
+        lambda: train_once(
+            shards,
+            work / "train-run",
+            workers=2,
+            synthetic=False,
+            steps=steps,
+            batch_per_worker=batch_per_worker,
+            batch_norm="sync",
+        ),
+        repeats,
+    )
     steps_per_second = {
         name: rates[name]["median"] / (batch_per_worker * multiple * workers)
         for name, (workers, _, multiple, _) in RUNS.items()
@@ -98,6 +116,7 @@ def run(
         "machine": common.machine(),
         "params": {
             "architecture": "small_cnn",
+            "batch_norm": "local (the default) unless the run's name says otherwise",
             "image_size": 64,
             "batch_per_worker": batch_per_worker,
             "steps_per_epoch": steps,
@@ -108,6 +127,9 @@ def run(
         "steps_per_second": steps_per_second,
         # 2 pinned workers vs 1: 2.0 would be perfect scaling; below it is the collectives.
         "ratio_2_vs_1_workers": common.ratio(rates["2_workers"], rates["1_worker"]),
+        "ratio_2_vs_1_workers_sync_batch_norm": common.ratio(
+            rates[SYNC_BATCH_NORM_RUN], rates["1_worker"]
+        ),
         "large_batch_per_worker": 4 * batch_per_worker,
         # 1 trainer: input on a tf.data service worker on the other core vs on its own core.
         "ratio_input_service_vs_in_process": common.ratio(

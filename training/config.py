@@ -11,6 +11,7 @@ from training.worker_env import PREEMPTED_EXIT_CODE
 
 __all__ = [
     "ARCHITECTURES",
+    "BATCH_NORM_MODES",
     "REFERENCE_BATCH",
     "WARMUP_SHARE",
     "ConfigError",
@@ -26,6 +27,8 @@ __all__ = [
 # The model code (training/model.py) imports TensorFlow; the names live here so the
 # DAG can offer them at parse time.
 ARCHITECTURES = ("small_cnn", "mobilenet_v3_small", "resnet50")
+# Where BatchNorm takes its batch statistics: each replica's own batch, or the global batch.
+BATCH_NORM_MODES = ("local", "sync")
 
 # The global batch --learning-rate is given for; the recipe was tuned at it.
 REFERENCE_BATCH = 32
@@ -80,6 +83,17 @@ class TrainConfig:
     )
     image_size: int = param(
         64, minimum=16, maximum=1024, help="Square model input size in pixels", section="Model"
+    )
+    batch_norm: str = param(
+        "local",
+        choices=BATCH_NORM_MODES,
+        help="BatchNorm batch statistics: local = each replica normalises over its own batch "
+        "and the moving statistics are averaged over the replicas once per --steps-per-call "
+        "(what data-parallel ImageNet training does at 32 or more images a replica; one "
+        "collective a step, for the gradients); sync = over the global batch, one all-reduce "
+        "per layer forward and one backward every step (for per-replica batches too small "
+        "for stable statistics)",
+        section="Model",
     )
     epochs: int = param(30, minimum=1, maximum=10000, help="Training epochs", section="Training")
     per_replica_batch_size: int = param(

@@ -39,7 +39,7 @@ from training.data import InputOptions, build_dataset, cache_choice, synthetic_d
 from training.distribute import ClusterInfo, cluster_from_env, make_strategy
 from training.export import export_serving_model
 from training.input_service import start_local, through_service
-from training.model import build_model
+from training.model import average_moving_statistics, build_model, moving_statistics
 from training.shards import ShardError, ShardSet
 from training.worker_env import PREEMPTED_EXIT_CODE
 
@@ -200,7 +200,10 @@ class Trainer:
                 log.warning("--mixed-precision ignored: no GPU (float16 on CPU is slower)")
         with self.strategy.scope():
             self.model = build_model(
-                self.config.architecture, self.config.image_size, self.shards.num_classes
+                self.config.architecture,
+                self.config.image_size,
+                self.shards.num_classes,
+                batch_norm=self.config.batch_norm,
             )
             # A short linear warm-up (a large global batch starts at a large rate), then
             # cosine decay to zero over the run: a stable end point to evaluate and export.
@@ -255,12 +258,18 @@ class Trainer:
             )
             self.train_totals.assign_add(tf.stack([loss, correct]))
 
+        # Local BatchNorm statistics: the replicas' moving statistics meet once per call,
+        # so they are equal wherever the weights are read (calls end at checkpoints).
+        statistics = moving_statistics(model) if self.config.batch_norm == "local" else []
+
         @tf.function
         def train_steps(iterator, num_steps):
             """`num_steps` steps in one call: the loop runs in the graph, not in Python."""
             for _ in tf.range(num_steps):
                 strategy.run(replica_step, args=next(iterator))
                 self.step.assign_add(1)
+            if statistics and strategy.num_replicas_in_sync > 1:
+                strategy.run(lambda: average_moving_statistics(statistics))
 
         return train_steps
 

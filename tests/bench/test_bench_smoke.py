@@ -30,7 +30,12 @@ RATIOS = {
         "ratio_default_vs_naive",
         "ratio_2_workers_vs_in_process",
     ],
-    "training": ["ratio_2_vs_1_workers", "ratio_real_vs_synthetic_input", "input_bound_share"],
+    "training": [
+        "ratio_2_vs_1_workers",
+        "ratio_2_vs_1_workers_sync_batch_norm",
+        "ratio_real_vs_synthetic_input",
+        "input_bound_share",
+    ],
     "orchestration": ["ratio_wall_vs_stages", "ratio_second_vs_first_run"],
 }
 

@@ -18,16 +18,23 @@ def test_unknown_architecture_is_a_clear_error():
 
 
 @pytest.mark.parametrize("architecture", ARCHITECTURES)
-def test_batch_norm_statistics_are_synchronised_across_replicas(architecture):
+@pytest.mark.parametrize("batch_norm", ["sync", "local"])
+def test_batch_norm_is_synchronised_only_when_asked(architecture, batch_norm):
     import keras
 
-    model = build_model(architecture, 32, 3)
+    model = build_model(architecture, 32, 3, batch_norm=batch_norm)
     batch_norms = [
         layer
         for layer in model._flatten_layers()
         if isinstance(layer, keras.layers.BatchNormalization)
     ]
-    assert batch_norms and all(layer.synchronized for layer in batch_norms)
+    assert batch_norms
+    assert all(layer.synchronized == (batch_norm == "sync") for layer in batch_norms)
+
+
+def test_an_unknown_batch_norm_mode_is_a_clear_error():
+    with pytest.raises(ValueError, match="choose one of local, sync"):
+        build_model("small_cnn", 32, 3, batch_norm="ghost")
 
 
 _TWO_REPLICAS = r"""
@@ -42,7 +49,7 @@ from training.model import build_model
 
 strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 with strategy.scope():
-    model = build_model("small_cnn", 16, 3)
+    model = build_model("small_cnn", 16, 3, batch_norm="sync")
 bn = next(l for l in model._flatten_layers() if isinstance(l, keras.layers.BatchNormalization))
 keras_moments = type(bn)._moments.__get__(bn)  # Keras' own synchronised moments
 
@@ -99,3 +106,66 @@ def test_packed_batch_norm_moments_are_global_and_take_one_all_reduce():
         for statistic, expected in zip(result[which], result["whole"], strict=True):
             for replica in statistic:
                 np.testing.assert_allclose(replica, expected, rtol=1e-4, atol=1e-5)
+
+
+_AVERAGED_STATISTICS = r"""
+import json
+import numpy as np
+import tensorflow as tf
+
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+from training.model import average_moving_statistics, build_model, moving_statistics
+
+strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+with strategy.scope():
+    model = build_model("small_cnn", 16, 3, batch_norm="local")
+statistics = moving_statistics(model)
+rng = np.random.default_rng(0)
+halves = [rng.normal(3 * i, 1 + i, (4, 16, 16, 3)).astype("float32") for i in range(2)]
+inputs = strategy.experimental_distribute_values_from_function(
+    lambda ctx: tf.constant(halves[ctx.replica_id_in_sync_group])
+)
+
+@tf.function
+def forward(x):
+    strategy.run(lambda images: model(images, training=True), args=(x,))
+
+@tf.function
+def average():
+    strategy.run(lambda: average_moving_statistics(statistics))
+
+def replicas():
+    return [
+        [r.numpy().tolist() for r in strategy.experimental_local_results(v.value)]
+        for v in statistics
+    ]
+
+forward(inputs)
+before = replicas()
+average()
+print(json.dumps({"before": before, "after": replicas()}))
+"""
+
+
+def test_local_batch_norm_statistics_differ_per_replica_until_averaged():
+    """Local statistics: two replicas that saw different batches hold different moving
+    statistics; one call of the averaging leaves both with their mean."""
+    import json
+    import subprocess
+    import sys
+
+    from bench.common import REPO
+
+    done = subprocess.run(
+        [sys.executable, "-c", _AVERAGED_STATISTICS], capture_output=True, text=True, cwd=REPO
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(result["before"]) == 2 * 4  # mean and variance of the small CNN's 4 layers
+    first_before = np.array(result["before"][0])  # the first layer's moving mean
+    assert not np.allclose(first_before[0], first_before[1])
+    for before, after in zip(result["before"], result["after"], strict=True):
+        before, after = np.array(before), np.array(after)
+        np.testing.assert_allclose(after[0], after[1], rtol=0, atol=0)
+        np.testing.assert_allclose(after[0], before.mean(axis=0), rtol=1e-5, atol=1e-6)
