@@ -37,7 +37,10 @@ def test_an_unknown_batch_norm_mode_is_a_clear_error():
         build_model("small_cnn", 32, 3, batch_norm="ghost")
 
 
-_TWO_REPLICAS = r"""
+# Two replicas on two logical CPUs of one process, each given its own half of a batch
+# (`halves`, `inputs`); the scripts run in a subprocess (the logical devices must be set
+# before TensorFlow initialises) and print one JSON line.
+_TWO_REPLICAS_WITH = r"""
 import json
 import numpy as np
 import tensorflow as tf
@@ -45,11 +48,38 @@ import tensorflow as tf
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 import keras
-from training.model import build_model
+from training.model import average_moving_statistics, build_model, moving_statistics
 
 strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 with strategy.scope():
-    model = build_model("small_cnn", 16, 3, batch_norm="sync")
+    model = build_model("small_cnn", 16, 3, batch_norm=BATCH_NORM)
+rng = np.random.default_rng(0)
+halves = [rng.normal(3 * i, 1 + i, HALF).astype("float32") for i in range(2)]
+inputs = strategy.experimental_distribute_values_from_function(
+    lambda ctx: tf.constant(halves[ctx.replica_id_in_sync_group])
+)
+"""
+
+
+def _two_replicas(batch_norm: str, half_shape: tuple, script: str) -> dict:
+    import json
+    import subprocess
+    import sys
+
+    from bench.common import REPO
+
+    preamble = _TWO_REPLICAS_WITH.replace("BATCH_NORM", repr(batch_norm))
+    done = subprocess.run(
+        [sys.executable, "-c", preamble.replace("HALF", repr(half_shape)) + script],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+_PACKED_MOMENTS = r"""
 bn = next(l for l in model._flatten_layers() if isinstance(l, keras.layers.BatchNormalization))
 keras_moments = type(bn)._moments.__get__(bn)  # Keras' own synchronised moments
 
@@ -59,12 +89,6 @@ def counting_all_reduce(self, op, value, options=None):
     calls.append(1)
     return original_all_reduce(self, op, value, options)
 tf.distribute.ReplicaContext.all_reduce = counting_all_reduce
-
-rng = np.random.default_rng(0)
-halves = [rng.normal(i, 1 + i, (4, 16, 16, 16)).astype("float32") for i in range(2)]
-inputs = strategy.experimental_distribute_values_from_function(
-    lambda ctx: tf.constant(halves[ctx.replica_id_in_sync_group])
-)
 
 def both(x):
     packed = bn._moments(x, None)
@@ -88,17 +112,7 @@ print(json.dumps({
 def test_packed_batch_norm_moments_are_global_and_take_one_all_reduce():
     """Two replicas with different inputs: each gets the moments of the whole batch,
     equal to Keras' own synchronised moments, from one all-reduce instead of three."""
-    import json
-    import subprocess
-    import sys
-
-    from bench.common import REPO
-
-    done = subprocess.run(
-        [sys.executable, "-c", _TWO_REPLICAS], capture_output=True, text=True, cwd=REPO
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = _two_replicas("sync", (4, 16, 16, 16), _PACKED_MOMENTS)
     # traced once per replica: 1 all-reduce each for packed, 3 each for Keras'
     assert result["calls_packed"] == 2
     assert result["calls_total"] == 2 * (1 + 3)
@@ -109,23 +123,7 @@ def test_packed_batch_norm_moments_are_global_and_take_one_all_reduce():
 
 
 _AVERAGED_STATISTICS = r"""
-import json
-import numpy as np
-import tensorflow as tf
-
-cpu = tf.config.list_physical_devices("CPU")[0]
-tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-from training.model import average_moving_statistics, build_model, moving_statistics
-
-strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-with strategy.scope():
-    model = build_model("small_cnn", 16, 3, batch_norm="local")
 statistics = moving_statistics(model)
-rng = np.random.default_rng(0)
-halves = [rng.normal(3 * i, 1 + i, (4, 16, 16, 3)).astype("float32") for i in range(2)]
-inputs = strategy.experimental_distribute_values_from_function(
-    lambda ctx: tf.constant(halves[ctx.replica_id_in_sync_group])
-)
 
 @tf.function
 def forward(x):
@@ -151,17 +149,7 @@ print(json.dumps({"before": before, "after": replicas()}))
 def test_local_batch_norm_statistics_differ_per_replica_until_averaged():
     """Local statistics: two replicas that saw different batches hold different moving
     statistics; one call of the averaging leaves both with their mean."""
-    import json
-    import subprocess
-    import sys
-
-    from bench.common import REPO
-
-    done = subprocess.run(
-        [sys.executable, "-c", _AVERAGED_STATISTICS], capture_output=True, text=True, cwd=REPO
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = _two_replicas("local", (4, 16, 16, 3), _AVERAGED_STATISTICS)
     assert len(result["before"]) == 2 * 4  # mean and variance of the small CNN's 4 layers
     first_before = np.array(result["before"][0])  # the first layer's moving mean
     assert not np.allclose(first_before[0], first_before[1])
