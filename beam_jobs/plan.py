@@ -16,6 +16,7 @@ import logging
 import math
 import os
 import posixpath
+import unicodedata
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
@@ -217,6 +218,17 @@ def _cell(value) -> str:
     return ""
 
 
+def label_name(text: str) -> str:
+    """A label as Unicode text (NFC), not as the bytes a file system spelled it in.
+
+    macOS writes folder names decomposed (NFD: "e" + U+0301), Linux keeps what it is
+    given (usually NFC: "\u00e9"); a dataset gathered from both would otherwise hold
+    two classes that print the same. Normalising is the identity for NFC names, so
+    their shards do not change.
+    """
+    return unicodedata.normalize("NFC", text)
+
+
 def load_label_map(uri: str) -> dict[str, int]:
     try:
         with FileSystems.open(uri) as handle:
@@ -230,7 +242,12 @@ def load_label_map(uri: str) -> dict[str, int]:
         raise InputError(f"--label-map {uri} must be a JSON object of label name -> id >= 0")
     if len(set(mapping.values())) != len(mapping):
         raise InputError(f"--label-map {uri} maps two labels to the same id")
-    return mapping
+    normalised = {label_name(name): label_id for name, label_id in mapping.items()}
+    if len(normalised) != len(mapping):
+        raise InputError(
+            f"--label-map {uri} names one label twice in different Unicode forms (NFC/NFD)"
+        )
+    return normalised
 
 
 def build_plan(config: ShardConfig) -> Plan:
@@ -242,6 +259,7 @@ def build_plan(config: ShardConfig) -> Plan:
         items, sizes = list_folder(config.input)
     if not items:
         raise InputError(f"no input files found under {config.input}")
+    items = [replace(item, label=label_name(item.label)) for item in items]
 
     if config.label_map:
         label_map = load_label_map(config.label_map)

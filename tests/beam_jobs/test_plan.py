@@ -117,6 +117,39 @@ def test_label_map_file_fixes_ids_and_dead_letters_unknown_labels(tmp_path):
     assert {i.key: i.reject for i in plan.items} == {"cat/1.jpg": "unknown_label", "dog/1.jpg": ""}
 
 
+CAFE_NFC, CAFE_NFD = "caf\u00e9", "cafe\u0301"  # print the same; differ as bytes
+
+
+def test_one_label_spelled_in_two_unicode_forms_is_one_class(tmp_path):
+    """A folder named on macOS (NFD) and one named on Linux (NFC) are the same class,
+    whether the labels come from folders, a manifest or a label map."""
+    root = tmp_path / "images"
+    _touch(str(root / CAFE_NFC / "1.jpg"))
+    _touch(str(root / CAFE_NFD / "2.jpg"))
+    _touch(str(root / "tea" / "3.jpg"))
+    plan = build_plan(_config(tmp_path, root))
+    assert plan.label_map == {CAFE_NFC: 0, "tea": 1}
+    assert {i.key: i.label_id for i in plan.items} == {
+        f"{CAFE_NFC}/1.jpg": 0,
+        f"{CAFE_NFD}/2.jpg": 0,
+        "tea/3.jpg": 1,
+    }
+
+    manifest = tmp_path / "m.jsonl"
+    rows = [{"uri": str(root / "tea" / "3.jpg"), "label": CAFE_NFD}]
+    manifest.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert build_plan(_config(tmp_path, manifest)).label_map == {CAFE_NFC: 0}
+
+    label_map = tmp_path / "labels.json"
+    label_map.write_text(json.dumps({CAFE_NFD: 3, "tea": 4}))
+    plan = build_plan(_config(tmp_path, root, label_map=str(label_map)))
+    assert {i.key: i.label_id for i in plan.items}[f"{CAFE_NFC}/1.jpg"] == 3
+
+    label_map.write_text(json.dumps({CAFE_NFD: 3, CAFE_NFC: 4}))
+    with pytest.raises(InputError, match="names one label twice in different Unicode forms"):
+        build_plan(_config(tmp_path, root, label_map=str(label_map)))
+
+
 @pytest.mark.parametrize(
     ("setup", "message"),
     [
