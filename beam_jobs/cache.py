@@ -59,7 +59,10 @@ def fingerprint(config: ShardConfig, plan: Plan) -> str:
         if not item.version and not item.reject:
             item = replace(item, version=fs.check_readable(item.uri, 2**63).version)
         row = [item.uri, item.key, item.label, item.split, item.reject, item.version]
-        digest.update(json.dumps(row, ensure_ascii=False).encode() + b"\n")
+        # surrogateescape: a file name that is not UTF-8 hashes as its own bytes
+        digest.update(
+            json.dumps(row, ensure_ascii=False).encode("utf-8", "surrogateescape") + b"\n"
+        )
     return digest.hexdigest()
 
 

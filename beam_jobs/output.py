@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import json
 import logging
 import uuid
 from collections import Counter
@@ -23,7 +22,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from beam_jobs import fs
 from beam_jobs.config import ShardConfig
-from beam_jobs.fs import files_under
+from beam_jobs.fs import files_under, json_bytes
 from beam_jobs.plan import Plan
 from beam_jobs.splits import SPLIT_NAMES
 from shardspec.example import SCHEMA_VERSION
@@ -164,7 +163,7 @@ def publish(output: str, staging: str, metadata: dict, *, success: bool) -> None
         _ensure_dir(parent)
     if sources:
         FileSystems.rename(sources, destinations)
-    write_bytes(join(output, METADATA), json.dumps(metadata, indent=2, ensure_ascii=False).encode())
+    write_bytes(join(output, METADATA), json_bytes(metadata, indent=2))
     delete_tree(staging)
     if success:
         write_bytes(join(output, SUCCESS), b"")

@@ -103,7 +103,7 @@ def list_folder(root: str) -> tuple[list[WorkItem], dict[str, int]]:
         raise InputError(f"no input files found under {root} (missing or empty prefix)")
     items, sizes = [], {}
     for entry in entries:
-        relative = entry.path[len(root) :].lstrip("/")
+        relative = fs.text_name(entry.path[len(root) :].lstrip("/"))
         if not relative or _is_hidden(relative):
             continue  # dot-files, _SUCCESS-style markers, editor droppings
         parts = relative.split("/")

@@ -12,7 +12,6 @@ Exit codes: 0 done, 1 too many rejected images, 2 bad parameters or input.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import sys
 import time
@@ -25,7 +24,7 @@ from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions,
 from beam_jobs import cache
 from beam_jobs import output as out
 from beam_jobs.config import ConfigError, ShardConfig, add_arguments, config_from_args
-from beam_jobs.fs import escape_glob
+from beam_jobs.fs import escape_glob, json_bytes
 from beam_jobs.local_runner import LOCAL_RUNNER, LOCAL_RUNNER_NAMES, choose_local_mode
 from beam_jobs.plan import InputError, WorkItem, build_plan
 from beam_jobs.transforms import ERRORS, FRAGMENTS, ReadImages, WriteJsonLines, WriteShards
@@ -199,7 +198,7 @@ def shard_images(
     # at the end): a running or killed job says what it was asked to do.
     out.write_bytes(
         out.join(config.output, "_config.json"),
-        json.dumps(config.to_json(), indent=2, ensure_ascii=False).encode(),
+        json_bytes(config.to_json(), indent=2),
     )
     staging = out.new_staging_dir(config.output)
     plan_path = out.join(staging, "_plan", "inputs.jsonl")

@@ -34,11 +34,11 @@ FRAGMENTS_DIR = "_fragments"
 
 def error_record(item: WorkItem, reason: str, detail: str = "") -> dict:
     return {
-        "uri": item.uri,
+        "uri": fs.text_name(item.uri),
         "key": item.key,
         "label": item.label,
         "reason": reason,
-        "detail": detail,
+        "detail": fs.text_name(detail),  # messages quote the path
     }
 
 

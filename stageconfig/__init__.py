@@ -25,6 +25,7 @@ __all__ = [
     "add_arguments",
     "check",
     "check_output_folder",
+    "check_utf8_name",
     "dag_param_fields",
     "from_args",
     "param",
@@ -110,11 +111,26 @@ def check(config) -> None:
             raise ConfigError(f"{flag} must be {_range(spec)}, got {value}")
 
 
+def check_utf8_name(flag: str, path: str) -> None:
+    """Refuse a local name of bytes that are not UTF-8 (held by Python as PEP 383
+    surrogates): Beam's pipeline graph and TensorFlow's file API take paths as UTF-8
+    text, and fail deep inside with a traceback."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        raise ConfigError(
+            f"{flag} {shown}: the name is not UTF-8, and Beam's and TensorFlow's paths are "
+            "UTF-8 text: give a folder with a UTF-8 name"
+        ) from None
+
+
 def check_output_folder(flag: str, path: str) -> None:
     """A local output folder must be creatable: no existing file at the path or above it.
     (Found late, it is a traceback from deep inside TensorFlow or Beam.)"""
     if not path or "://" in path:
         return
+    check_utf8_name(flag, path)
     current = os.path.abspath(path)
     while True:
         if os.path.exists(current):

@@ -198,6 +198,7 @@ class TrainConfig:
     def __post_init__(self) -> None:
         stageconfig.check(self)
         stageconfig.check_output_folder("--output", self.output)
+        stageconfig.check_utf8_name("--data", self.data)
         parse_input_service(self.input_service)
         if self.architecture != "small_cnn" and self.image_size < 32:
             raise ConfigError(f"{self.architecture} needs --image-size >= 32")

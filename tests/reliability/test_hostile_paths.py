@@ -87,6 +87,36 @@ def test_line_separators_and_any_unicode_in_names_go_through(tmp_path):
     assert _dead_letters(tmp_path / "out") == {"cls\u2028line/bad\u2028name.jpg": "not_an_image"}
 
 
+@pytest.mark.parametrize(
+    "mode",
+    [
+        IN_PROCESS,
+        # worker processes: the plan crosses a process boundary as JSON
+        ["--direct_running_mode=multi_processing", "--direct_num_workers=2"],
+    ],
+    ids=["in_process", "worker_processes"],
+)
+def test_file_and_folder_names_that_are_not_utf8_go_through(tmp_path, mode):
+    """Linux names are bytes: a Latin-1 archive unpacked here has names no UTF-8 decoder
+    takes. Each image is read through its real name and stored under a readable id
+    (undecodable bytes as \\xNN); a class folder so named is a readable label; a bad
+    file so named is dead-lettered in a valid JSON line."""
+    root = os.fsencode(tmp_path / "in")
+    for folder in (b"caf\xe9", b"tea"):  # Latin-1 "cafe" with an accent
+        for i in range(3):
+            _image(Path(os.fsdecode(root + b"/" + folder + b"/" + b"%d\xe9t\xe9.jpg" % i)), i)
+    with open(root + b"/tea/bro\xfbken.jpg", "wb") as handle:
+        handle.write(b"not an image")
+    assert _run(os.fsdecode(root), tmp_path / "out", *mode, "--max-error-fraction", "1") == 0
+    assert _stored(tmp_path / "out") == {
+        **{f"caf\\xe9/{i}\\xe9t\\xe9.jpg": "caf\\xe9" for i in range(3)},
+        **{f"tea/{i}\\xe9t\\xe9.jpg": "tea" for i in range(3)},
+    }
+    assert _dead_letters(tmp_path / "out") == {"tea/bro\\xfbken.jpg": "not_an_image"}
+    metadata = json.loads((tmp_path / "out" / "metadata.json").read_text(encoding="utf-8"))
+    assert metadata["label_map"] == {"caf\\xe9": 0, "tea": 1}
+
+
 def test_special_files_are_dead_lettered_not_read(tmp_path):
     root = tmp_path / "in"
     _image(root / "cat" / "good.jpg")
@@ -197,3 +227,40 @@ def test_an_output_that_is_a_file_exits_2_in_one_line(tmp_path, sample_images, m
     assert done.returncode == 2
     assert f"--output {a_file} is a file" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("module", ["beam_jobs.shard_images", "training.train"])
+def test_an_output_name_that_is_not_utf8_exits_2_in_one_line(tmp_path, sample_images, module):
+    """Beam's pipeline graph and TensorFlow's file API hold paths as UTF-8 text; a
+    folder name of other bytes is refused before anything runs, and shown readably."""
+    import subprocess
+    import sys
+
+    output = os.fsencode(tmp_path) + b"/out\xff"
+    flag = "--input" if module.startswith("beam") else "--data"
+    done = subprocess.run(
+        [sys.executable, "-m", module, flag, sample_images, "--output", output],
+        capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parents[2],
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        f"python -m {module}: error: --output {tmp_path}/out\\xff: the name is not UTF-8, "
+        "and Beam's and TensorFlow's paths are UTF-8 text: give a folder with a UTF-8 name"
+    )
+    assert not os.path.exists(output)
+
+
+def test_training_data_named_in_bytes_that_are_not_utf8_exits_2_in_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    data = os.fsencode(tmp_path) + b"/shards\xff"
+    os.mkdir(data)
+    done = subprocess.run(
+        [sys.executable, "-m", "training.train", "--data", data, "--output", tmp_path / "run"],
+        capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parents[2],
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "Traceback" not in done.stderr
+    assert f"error: --data {tmp_path}/shards\\xff: the name is not UTF-8" in done.stderr
