@@ -26,6 +26,7 @@ from apache_beam.io.filesystems import FileSystems
 from beam_jobs import fs
 from beam_jobs.config import ShardConfig
 from beam_jobs.splits import SPLIT_NAMES, assign_split, hash_fraction
+from stageconfig import ConfigError, local_path
 
 log = logging.getLogger(__name__)
 
@@ -184,9 +185,13 @@ def list_manifest(uri: str) -> tuple[list[WorkItem], dict[str, int]]:
         if split and split not in SPLIT_NAMES:
             items.append(WorkItem(uri=raw_uri, key=raw_uri, label=label, reject="bad_split"))
             continue
-        resolved = raw_uri
-        if "://" not in raw_uri and not raw_uri.startswith("/"):
-            resolved = FileSystems.join(base, raw_uri)
+        try:
+            resolved = local_path(raw_uri)
+        except ConfigError:
+            items.append(WorkItem(uri=raw_uri, key=raw_uri, label=label, reject="unreadable"))
+            continue
+        if "://" not in resolved and not resolved.startswith("/"):
+            resolved = FileSystems.join(base, resolved)
         if resolved in seen:  # the first row wins, whatever the others' labels say
             items.append(
                 WorkItem(

@@ -16,6 +16,7 @@ import dataclasses
 import os
 import types
 import typing
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass
 from typing import Any
@@ -28,6 +29,7 @@ __all__ = [
     "check_utf8_name",
     "dag_param_fields",
     "from_args",
+    "local_path",
     "param",
 ]
 
@@ -109,6 +111,20 @@ def check(config) -> None:
             raise ConfigError(f"{flag} must be {_range(spec)}, got {value}")
         if high is not None and value > high:
             raise ConfigError(f"{flag} must be {_range(spec)}, got {value}")
+
+
+def local_path(uri: str) -> str:
+    """A `file://` URI as the local path it names; anything else unchanged.
+
+    Users and tools write local files as `file:///data/x.jpg` (RFC 8089,
+    percent-encoded); TensorFlow reads that, Beam's file systems do not.
+    """
+    if not uri.lower().startswith("file://"):
+        return uri
+    parsed = urllib.parse.urlsplit(uri)
+    if parsed.netloc not in ("", "localhost"):
+        raise ConfigError(f"{uri}: a file:// URI of another host ({parsed.netloc}) is not local")
+    return urllib.parse.unquote(parsed.path, errors="surrogateescape") or "/"
 
 
 def check_utf8_name(flag: str, path: str) -> None:

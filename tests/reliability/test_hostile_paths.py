@@ -117,6 +117,29 @@ def test_file_and_folder_names_that_are_not_utf8_go_through(tmp_path, mode):
     assert metadata["label_map"] == {"caf\\xe9": 0, "tea": 1}
 
 
+def test_file_uris_name_local_paths_for_input_output_and_manifest_rows(tmp_path):
+    """`file:///x` (RFC 8089, percent-encoded) is the local path /x, as TensorFlow takes
+    it; Beam's file systems know no `file` scheme and used to fail with a traceback."""
+    _image(tmp_path / "in" / "cat" / "a b.jpg")
+    _image(tmp_path / "in" / "dog" / "c.jpg", 1)
+    folder_uri = (tmp_path / "in").as_uri()
+    out_uri = (tmp_path / "out 1").as_uri()  # "out%201"
+    assert _run(folder_uri, out_uri, *IN_PROCESS) == 0
+    assert set(_stored(tmp_path / "out 1")) == {"cat/a b.jpg", "dog/c.jpg"}
+
+    manifest = tmp_path / "m.csv"
+    rows = [
+        ((tmp_path / "in" / "cat" / "a b.jpg").as_uri(), "cat"),  # .../a%20b.jpg
+        (str(tmp_path / "in" / "cat" / "a b.jpg"), "cat"),  # the same file: a duplicate
+        (f"file://localhost{tmp_path}/in/dog/c.jpg", "dog"),
+        ("file://elsewhere/in/dog/c.jpg", "dog"),  # another host's file: not readable here
+    ]
+    manifest.write_text("uri,label\n" + "".join(f"{u},{label}\n" for u, label in rows))
+    assert _run(manifest.as_uri(), tmp_path / "out2", *ALL_REJECTIONS_ALLOWED) == 0
+    assert _stored(tmp_path / "out2") == {rows[0][0]: "cat", rows[2][0]: "dog"}
+    assert sorted(_dead_letters(tmp_path / "out2").values()) == ["duplicate_uri", "unreadable"]
+
+
 def test_special_files_are_dead_lettered_not_read(tmp_path):
     root = tmp_path / "in"
     _image(root / "cat" / "good.jpg")

@@ -70,3 +70,13 @@ def test_an_output_folder_at_or_inside_a_file_is_a_one_line_error(tmp_path):
         stageconfig.check_output_folder("--output", str(a_file / "deeper" / "run"))
     stageconfig.check_output_folder("--output", str(tmp_path / "new" / "run"))  # creatable
     stageconfig.check_output_folder("--output", "gs://bucket/run")  # not checked here
+
+
+def test_a_file_uri_is_the_local_path_it_names():
+    assert stageconfig.local_path("file:///data/a%20b.jpg") == "/data/a b.jpg"
+    assert stageconfig.local_path("FILE://localhost/data/x") == "/data/x"
+    assert stageconfig.local_path("file:///") == "/"
+    for unchanged in ("/data/x", "gs://b/x", "relative/x", "file_named_file:x"):
+        assert stageconfig.local_path(unchanged) == unchanged
+    with pytest.raises(ConfigError, match="another host"):
+        stageconfig.local_path("file://nas/data/x")
