@@ -168,6 +168,16 @@ def check_readable(path: str, max_bytes: int) -> Entry:
     return entry
 
 
+def read_at_most(handle, limit: int, expected: int) -> bytes:
+    """Up to `limit` + 1 bytes (one more tells a file over the limit), asking first for
+    the `expected` size + 1: `read(n)` allocates n bytes before it reads, so asking
+    for the limit (256 MB) for a 30 KB image cost more than decoding its header."""
+    data = handle.read(min(expected, limit) + 1)
+    if len(data) > expected and len(data) <= limit:  # grew since it was listed
+        data += handle.read(limit + 1 - len(data))
+    return data
+
+
 def read_json_lines(paths: list[str]) -> list[dict]:
     """JSON objects, one per line. Lines end at "\\n" only: `str.splitlines` would also
     split inside a value holding U+2028, U+2029 or U+0085 (a file name may)."""

@@ -56,7 +56,7 @@ def read_record(
         return error_record(item, entry.problem, entry.detail)
     try:
         with FileSystems.open(item.uri, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-            data = handle.read(max_bytes + 1)
+            data = fs.read_at_most(handle, max_bytes, entry.size)
     except Exception as err:
         return error_record(item, "unreadable", f"{type(err).__name__}: {err}")
     if len(data) > max_bytes:
