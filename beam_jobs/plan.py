@@ -137,13 +137,37 @@ def check_output_outside_input(input_root: str, output: str) -> None:
         )
 
 
+# Spreadsheets write CSV with the list separator of their locale: ";" across much of
+# Europe, tabs when told to; the header says which.
+CSV_DELIMITERS = (",", ";", "\t")
+
+
+def _csv_rows(uri: str, text: str) -> Iterable[tuple[int, dict]]:
+    """Rows of a CSV manifest as {column: cell}; column names match whatever their case
+    or surrounding spaces (`URI`, ` Label `), as a spreadsheet user types them."""
+
+    def columns(line: str, delimiter: str) -> list[str]:
+        return [name.strip().lower() for name in next(csv.reader([line], delimiter=delimiter), [])]
+
+    header = text.split("\n", 1)[0].rstrip("\r")
+    delimiter = next(
+        (d for d in CSV_DELIMITERS if {"uri", "label"} <= set(columns(header, d))), None
+    )
+    if delimiter is None:
+        raise InputError(
+            f"manifest {uri}: the header must name 'uri' and 'label' columns, separated by "
+            f"commas, semicolons or tabs (it reads {header[:80]!r})"
+        )
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
+    names = [name.strip().lower() for name in next(reader)]
+    rows = (cells for cells in reader if cells)  # blank lines are not rows
+    for line_no, cells in enumerate(rows, start=2):
+        yield line_no, dict(zip(names, cells, strict=False))
+
+
 def _manifest_rows(uri: str, text: str) -> Iterable[tuple[int, dict]]:
     if uri.lower().endswith(".csv"):
-        reader = csv.DictReader(io.StringIO(text, newline=""))
-        if not reader.fieldnames or not {"uri", "label"} <= set(reader.fieldnames):
-            raise InputError(f"manifest {uri}: the header must name 'uri' and 'label' columns")
-        for line_no, row in enumerate(reader, start=2):
-            yield line_no, row
+        yield from _csv_rows(uri, text)
         return
     # "\n" only: str.splitlines() would also cut a line at U+2028/U+2029/U+0085 in a name
     for line_no, line in enumerate(text.split("\n"), start=1):

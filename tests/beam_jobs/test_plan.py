@@ -95,6 +95,26 @@ def test_csv_manifest_with_relative_uris_and_split_override(tmp_path):
     assert plan.label_map == {"cat": 0, "dog": 1}
 
 
+@pytest.mark.parametrize(
+    "header", ["uri,label,split", "uri;label;split", "uri\tlabel\tsplit", " URI , Label ,Split"]
+)
+def test_csv_manifests_as_spreadsheets_write_them(tmp_path, header):
+    """Commas, semicolons (Excel in much of Europe) or tabs, column names in any case
+    with spaces around, CRLF line ends and blank lines: the same plan."""
+    for name in ("a.png", "b;c.png"):
+        _touch(str(tmp_path / name))
+    delimiter = next(d for d in (";", "\t", ",") if d in header)
+    rows = [("a.png", "cat", "train"), ('"b;c.png"', "dog", "test")]
+    body = "".join(delimiter.join(row) + "\r\n\r\n" for row in rows)
+    manifest = tmp_path / "m.csv"
+    manifest.write_text(header + "\r\n" + body, newline="")
+    plan = build_plan(_config(tmp_path, manifest))
+    assert [(i.key, i.label, i.split, i.reject) for i in plan.items] == [
+        ("a.png", "cat", "train", ""),
+        ("b;c.png", "dog", "test", ""),
+    ]
+
+
 def test_jsonl_manifest(tmp_path):
     _touch(str(tmp_path / "a.png"))
     manifest = tmp_path / "m.jsonl"
