@@ -27,22 +27,9 @@ def escape_glob(path: str) -> str:
     return _GLOB.sub(r"[\1]", path)
 
 
-def text_name(name: str) -> str:
-    """A local file name as valid text: the same string when it is, else its undecodable
-    bytes as `\\xNN`.
-
-    Linux file names are bytes; Python holds the ones that are not UTF-8 (a Latin-1
-    archive unpacked on Linux, say) as lone surrogates (PEP 383), which open() takes
-    back but no UTF-8 encoder, JSON file or TFRecord feature does. The path used to
-    read the file stays as it was; its key, label and every line written about it
-    use this form.
-    """
-    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-
-
 def json_bytes(value, **options) -> bytes:
     """`value` as UTF-8 JSON. Where it quotes a local name that is not UTF-8 (see
-    `text_name`) the whole document is ASCII with `\\uDCxx` escapes instead, which
+    `stageconfig.text_name`) the whole document is ASCII with `\\uDCxx` escapes instead, which
     `json.loads` turns back into that same name."""
     text = json.dumps(value, ensure_ascii=False, **options)
     try:

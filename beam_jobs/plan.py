@@ -26,7 +26,7 @@ from apache_beam.io.filesystems import FileSystems
 from beam_jobs import fs
 from beam_jobs.config import ShardConfig
 from beam_jobs.splits import SPLIT_NAMES, assign_split, hash_fraction
-from stageconfig import ConfigError, local_path
+from stageconfig import ConfigError, local_path, text_name
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +104,7 @@ def list_folder(root: str) -> tuple[list[WorkItem], dict[str, int]]:
         raise InputError(f"no input files found under {root} (missing or empty prefix)")
     items, sizes = [], {}
     for entry in entries:
-        relative = fs.text_name(entry.path[len(root) :].lstrip("/"))
+        relative = text_name(entry.path[len(root) :].lstrip("/"))
         if not relative or _is_hidden(relative):
             continue  # dot-files, _SUCCESS-style markers, editor droppings
         parts = relative.split("/")
@@ -146,12 +146,17 @@ def _csv_rows(uri: str, text: str) -> Iterable[tuple[int, dict]]:
     """Rows of a CSV manifest as {column: cell}; column names match whatever their case
     or surrounding spaces (`URI`, ` Label `), as a spreadsheet user types them."""
 
-    def columns(line: str, delimiter: str) -> list[str]:
-        return [name.strip().lower() for name in next(csv.reader([line], delimiter=delimiter), [])]
+    def names(cells: list[str]) -> list[str]:
+        return [cell.strip().lower() for cell in cells]
 
     header = text.split("\n", 1)[0].rstrip("\r")
     delimiter = next(
-        (d for d in CSV_DELIMITERS if {"uri", "label"} <= set(columns(header, d))), None
+        (
+            d
+            for d in CSV_DELIMITERS
+            if {"uri", "label"} <= set(names(next(csv.reader([header], delimiter=d), [])))
+        ),
+        None,
     )
     if delimiter is None:
         raise InputError(
@@ -159,10 +164,10 @@ def _csv_rows(uri: str, text: str) -> Iterable[tuple[int, dict]]:
             f"commas, semicolons or tabs (it reads {header[:80]!r})"
         )
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
-    names = [name.strip().lower() for name in next(reader)]
+    columns = names(next(reader))
     rows = (cells for cells in reader if cells)  # blank lines are not rows
     for line_no, cells in enumerate(rows, start=2):
-        yield line_no, dict(zip(names, cells, strict=False))
+        yield line_no, dict(zip(columns, cells, strict=False))
 
 
 def _manifest_rows(uri: str, text: str) -> Iterable[tuple[int, dict]]:

@@ -24,6 +24,7 @@ from beam_jobs.splits import hash_fraction
 from shardspec.example import encode_example
 from shardspec.layout import shard_name
 from shardspec.tfrecord import compress_shard, frame_record
+from stageconfig import text_name
 
 DEFAULT_MAX_BYTES = 256 << 20
 FRAGMENTS = "fragments"
@@ -34,11 +35,11 @@ FRAGMENTS_DIR = "_fragments"
 
 def error_record(item: WorkItem, reason: str, detail: str = "") -> dict:
     return {
-        "uri": fs.text_name(item.uri),
+        "uri": text_name(item.uri),
         "key": item.key,
         "label": item.label,
         "reason": reason,
-        "detail": fs.text_name(detail),  # messages quote the path
+        "detail": text_name(detail),  # messages quote the path
     }
 
 

@@ -19,21 +19,22 @@ from pathlib import Path
 
 from bench import common
 
-RUNS = {  # name: (workers, synthetic input, per-replica batch multiple, tf.data service)
-    "1_worker": (1, False, 1, False),
-    "2_workers": (2, False, 1, False),
-    "1_worker_synthetic": (1, True, 1, False),
-    "2_workers_synthetic": (2, True, 1, False),
+RUNS = {  # name: (workers, synthetic input, per-replica batch multiple, tf.data service,
+    #          --batch-norm, "" for the trainer's default)
+    "1_worker": (1, False, 1, False, ""),
+    "2_workers": (2, False, 1, False, ""),
+    "1_worker_synthetic": (1, True, 1, False, ""),
+    "2_workers_synthetic": (2, True, 1, False, ""),
     # The same pair at a 4x larger per-replica batch (over a quarter of the steps, so the
     # same images): more compute per all-reduce, as a bigger model or batch on a cluster.
-    "1_worker_large_batch": (1, False, 4, False),
-    "2_workers_large_batch": (2, False, 4, False),
+    "1_worker_large_batch": (1, False, 4, False, ""),
+    "2_workers_large_batch": (2, False, 4, False, ""),
     # One trainer on core 0, its input on one tf.data service worker on core 1.
-    "1_worker_input_service": (1, False, 1, True),
+    "1_worker_input_service": (1, False, 1, True, ""),
+    # 2 workers with BatchNorm over the global batch (the default before local statistics):
+    # two all-reduces per layer per step on top of the gradients'.
+    "2_workers_sync_batch_norm": (2, False, 1, False, "sync"),
 }
-# The 2-worker run again with BatchNorm over the global batch (--batch-norm sync, the
-# default before local statistics): two all-reduces per layer per step on top of the gradients'.
-SYNC_BATCH_NORM_RUN = "2_workers_sync_batch_norm"
 
 
 def train_once(
@@ -82,7 +83,7 @@ def run(
     shards = common.sharded(work, common.sample_images(work, images))
     rates = {
         name: common.repeat(
-            lambda w=workers, s=synthetic, m=multiple, i=service: train_once(
+            lambda w=workers, s=synthetic, m=multiple, i=service, b=batch_norm: train_once(
                 shards,
                 work / "train-run",
                 workers=w,
@@ -90,26 +91,15 @@ def run(
                 steps=max(1, steps // m),
                 batch_per_worker=batch_per_worker * m,
                 input_service=i,
+                batch_norm=b,
             ),
             repeats,
         )
-        for name, (workers, synthetic, multiple, service) in RUNS.items()
+        for name, (workers, synthetic, multiple, service, batch_norm) in RUNS.items()
     }
-    rates[SYNC_BATCH_NORM_RUN] = common.repeat(
-        lambda: train_once(
-            shards,
-            work / "train-run",
-            workers=2,
-            synthetic=False,
-            steps=steps,
-            batch_per_worker=batch_per_worker,
-            batch_norm="sync",
-        ),
-        repeats,
-    )
     steps_per_second = {
         name: rates[name]["median"] / (batch_per_worker * multiple * workers)
-        for name, (workers, _, multiple, _) in RUNS.items()
+        for name, (workers, _, multiple, _, _) in RUNS.items()
     }
     real_vs_synthetic = common.ratio(rates["1_worker"], rates["1_worker_synthetic"])
     result = {
@@ -128,7 +118,7 @@ def run(
         # 2 pinned workers vs 1: 2.0 would be perfect scaling; below it is the collectives.
         "ratio_2_vs_1_workers": common.ratio(rates["2_workers"], rates["1_worker"]),
         "ratio_2_vs_1_workers_sync_batch_norm": common.ratio(
-            rates[SYNC_BATCH_NORM_RUN], rates["1_worker"]
+            rates["2_workers_sync_batch_norm"], rates["1_worker"]
         ),
         "large_batch_per_worker": 4 * batch_per_worker,
         # 1 trainer: input on a tf.data service worker on the other core vs on its own core.

@@ -31,6 +31,7 @@ __all__ = [
     "from_args",
     "local_path",
     "param",
+    "text_name",
 ]
 
 
@@ -127,18 +128,29 @@ def local_path(uri: str) -> str:
     return urllib.parse.unquote(parsed.path, errors="surrogateescape") or "/"
 
 
+def text_name(name: str) -> str:
+    """A local file name as valid text: the same string when it is, else its undecodable
+    bytes as `\\xNN`.
+
+    Linux file names are bytes; Python holds the ones that are not UTF-8 (a Latin-1
+    archive unpacked on Linux, say) as lone surrogates (PEP 383), which open() takes
+    back but no UTF-8 encoder, JSON file or TFRecord feature does. The path used to
+    read the file stays as it was; its key, label, every line written about it and
+    every message naming it use this form.
+    """
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 def check_utf8_name(flag: str, path: str) -> None:
     """Refuse a local name of bytes that are not UTF-8 (held by Python as PEP 383
     surrogates): Beam's pipeline graph and TensorFlow's file API take paths as UTF-8
     text, and fail deep inside with a traceback."""
-    try:
-        path.encode("utf-8")
-    except UnicodeEncodeError:
-        shown = path.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    shown = text_name(path)
+    if shown != path:
         raise ConfigError(
             f"{flag} {shown}: the name is not UTF-8, and Beam's and TensorFlow's paths are "
             "UTF-8 text: give a folder with a UTF-8 name"
-        ) from None
+        )
 
 
 def check_output_folder(flag: str, path: str) -> None:

@@ -260,7 +260,8 @@ class Trainer:
 
         # Local BatchNorm statistics: the replicas' moving statistics meet once per call,
         # so they are equal wherever the weights are read (calls end at checkpoints).
-        statistics = moving_statistics(model) if self.config.batch_norm == "local" else []
+        averaged = self.config.batch_norm == "local" and strategy.num_replicas_in_sync > 1
+        statistics = moving_statistics(model) if averaged else []
 
         @tf.function
         def train_steps(iterator, num_steps):
@@ -268,7 +269,7 @@ class Trainer:
             for _ in tf.range(num_steps):
                 strategy.run(replica_step, args=next(iterator))
                 self.step.assign_add(1)
-            if statistics and strategy.num_replicas_in_sync > 1:
+            if statistics:
                 strategy.run(lambda: average_moving_statistics(statistics))
 
         return train_steps

@@ -3,6 +3,7 @@ import io
 import pytest
 
 from beam_jobs import fs
+from stageconfig import text_name
 
 
 class CountingReader(io.BytesIO):
@@ -38,10 +39,10 @@ def test_a_read_asks_for_the_listed_size_and_never_past_the_limit(
 
 
 def test_text_name_keeps_text_and_shows_undecodable_bytes():
-    assert fs.text_name("caf\u00e9/a.jpg") == "caf\u00e9/a.jpg"
+    assert text_name("caf\u00e9/a.jpg") == "caf\u00e9/a.jpg"
     undecodable = b"caf\xe9/a.jpg".decode("utf-8", "surrogateescape")
-    assert fs.text_name(undecodable) == "caf\\xe9/a.jpg"
-    assert fs.text_name(undecodable).encode("utf-8")  # valid text
+    assert text_name(undecodable) == "caf\\xe9/a.jpg"
+    assert text_name(undecodable).encode("utf-8")  # valid text
 
 
 def test_json_bytes_is_utf8_and_escapes_only_when_a_name_needs_it():

@@ -6,6 +6,8 @@ import csv
 import json
 import os
 import shutil
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -235,18 +237,20 @@ def test_output_inside_the_input_is_refused_with_one_line(tmp_path, sample_image
     assert not output.exists()
 
 
+def _cli(module: str, *args) -> subprocess.CompletedProcess:
+    """One stage's CLI in its own process, as a user runs it (arguments as str or bytes)."""
+    return subprocess.run(
+        [sys.executable, "-m", module, *args],
+        capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parents[2],
+    )  # fmt: skip
+
+
 @pytest.mark.parametrize("module", ["beam_jobs.shard_images", "training.train"])
 def test_an_output_that_is_a_file_exits_2_in_one_line(tmp_path, sample_images, module):
-    import subprocess
-    import sys
-
     a_file = tmp_path / "out"
     a_file.write_text("not a folder")
     flag = "--input" if module.startswith("beam") else "--data"
-    done = subprocess.run(
-        [sys.executable, "-m", module, flag, sample_images, "--output", str(a_file)],
-        capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parents[2],
-    )  # fmt: skip
+    done = _cli(module, flag, sample_images, "--output", str(a_file))
     assert done.returncode == 2
     assert f"--output {a_file} is a file" in done.stderr
     assert "Traceback" not in done.stderr
@@ -256,15 +260,9 @@ def test_an_output_that_is_a_file_exits_2_in_one_line(tmp_path, sample_images, m
 def test_an_output_name_that_is_not_utf8_exits_2_in_one_line(tmp_path, sample_images, module):
     """Beam's pipeline graph and TensorFlow's file API hold paths as UTF-8 text; a
     folder name of other bytes is refused before anything runs, and shown readably."""
-    import subprocess
-    import sys
-
     output = os.fsencode(tmp_path) + b"/out\xff"
     flag = "--input" if module.startswith("beam") else "--data"
-    done = subprocess.run(
-        [sys.executable, "-m", module, flag, sample_images, "--output", output],
-        capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parents[2],
-    )  # fmt: skip
+    done = _cli(module, flag, sample_images, "--output", output)
     assert done.returncode == 2
     assert "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines()[-1] == (
@@ -275,15 +273,9 @@ def test_an_output_name_that_is_not_utf8_exits_2_in_one_line(tmp_path, sample_im
 
 
 def test_training_data_named_in_bytes_that_are_not_utf8_exits_2_in_one_line(tmp_path):
-    import subprocess
-    import sys
-
     data = os.fsencode(tmp_path) + b"/shards\xff"
     os.mkdir(data)
-    done = subprocess.run(
-        [sys.executable, "-m", "training.train", "--data", data, "--output", tmp_path / "run"],
-        capture_output=True, text=True, timeout=300, cwd=Path(__file__).resolve().parents[2],
-    )  # fmt: skip
+    done = _cli("training.train", "--data", data, "--output", tmp_path / "run")
     assert done.returncode == 2
     assert "Traceback" not in done.stderr
     assert f"error: --data {tmp_path}/shards\\xff: the name is not UTF-8" in done.stderr
