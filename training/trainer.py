@@ -294,6 +294,12 @@ class Trainer:
     def request_stop(self) -> None:
         self.stop_requested = True
 
+    def wait_for_all_workers(self) -> None:
+        """Return when every worker has called this: the last thing each worker does, so
+        none exits while the chief still exports or evaluates (TensorFlow's coordination
+        service would report the early one as crashed, an ERROR line in a healthy run)."""
+        self._all_agree_to_stop(self._stop_agreement_fn())
+
     def _all_agree_to_stop(self, agree_to_stop) -> bool:
         return float(agree_to_stop(tf.constant(float(self.stop_requested)))) > 0
 
@@ -701,6 +707,7 @@ def run(config: TrainConfig) -> int:
             evaluation["split"],
             written,
         )
+    trainer.wait_for_all_workers()
     if path:
         final = history[-1] if history else {}
         print(
