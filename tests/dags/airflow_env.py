@@ -66,6 +66,7 @@ class Standalone:
             start_new_session=True,
         )
         self.token = None
+        self.password = None
 
     def request(self, method, path, body=None, token=True):
         data = json.dumps(body).encode() if body is not None else None
@@ -94,11 +95,12 @@ class Standalone:
             assert self.process.poll() is None, self.tail()
             try:
                 if password_file.exists():
-                    password = json.loads(password_file.read_text())["admin"]
+                    # Airflow creates the file before it writes the password into it.
+                    self.password = json.loads(password_file.read_text())["admin"]
                     status, body = self.request(
                         "POST",
                         "/auth/token",
-                        {"username": "admin", "password": password},
+                        {"username": "admin", "password": self.password},
                         token=False,
                     )
                     if status in (200, 201):
@@ -106,7 +108,7 @@ class Standalone:
                         status, _ = self.request("GET", f"/api/v2/dags/{DAG_ID}")
                         if status == 200:
                             return
-            except (urllib.error.URLError, ConnectionError, OSError):
+            except (urllib.error.URLError, ConnectionError, OSError, ValueError, KeyError):
                 pass
             time.sleep(2)
         raise AssertionError("Airflow did not come up:\n" + self.tail())

@@ -8,7 +8,6 @@ comes from `scripts/browser.sh` (Debian's `chromium`, installed when missing)
 and Playwright drives it; no browser is downloaded at run time.
 """
 
-import json
 import shutil
 import subprocess
 import time
@@ -39,10 +38,9 @@ def chromium() -> str:
 
 
 def _log_in(page, standalone) -> None:
-    password_file = standalone.home / "simple_auth_manager_passwords.json.generated"
     page.goto(standalone.base + "/")
     page.fill("input[name=username]", "admin")
-    page.fill("input[name=password]", json.loads(password_file.read_text())["admin"])
+    page.fill("input[name=password]", standalone.password)
     page.keyboard.press("Enter")
     page.wait_for_url(lambda url: "/auth/login" not in url, timeout=60_000)
 
