@@ -32,14 +32,16 @@ def machine() -> dict:
             )
     except (OSError, StopIteration):
         pass
-    import tensorflow as tf
-
+    try:
+        import tensorflow as tf
+    except ImportError:  # the sharding benchmarks run without it (bench/sharding_scaling.py)
+        tf = None
     return {
         "cores": len(machine_cores()),
         "cpu_model": cpu_model,
-        "gpus": [d.name for d in tf.config.list_physical_devices("GPU")],
+        "gpus": [d.name for d in tf.config.list_physical_devices("GPU")] if tf else [],
         "python": platform.python_version(),
-        "tensorflow": tf.__version__,
+        "tensorflow": tf.__version__ if tf else None,
         "platform": platform.platform(),
     }
 
@@ -130,7 +132,8 @@ def sharded(work: Path, images: Path, max_side: int = 0) -> Path:
 def bench_env(**extra: str) -> dict:
     return {
         **os.environ,
-        "PYTHONPATH": str(REPO),
+        # The repo first; what the caller had after it (packages installed to a folder).
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
         "TF_CPP_MIN_LOG_LEVEL": "2",
         **extra,
     }

@@ -89,3 +89,27 @@ def test_training_step_time_splits_into_compute_all_reduce_and_input(smoke):
         assert split["step"] == pytest.approx(
             split["compute"] + split["all_reduce"] + split["input_wait"]
         )
+
+
+def test_sharding_scaling_runs_without_tensorflow(tmp_path):
+    """The many-core scaling run: tiny here; TensorFlow blocked in its process, as on
+    machines that lack it (the sharding job it starts imports none either)."""
+    blocked = (
+        "import sys; sys.modules['tensorflow'] = None; "
+        "from bench.sharding_scaling import main; raise SystemExit(main(sys.argv[1:]))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", blocked, "--work", str(tmp_path / "work"), "--images", "40",
+         "--workers", "1,2", "--repeats", "1", "--results", str(tmp_path)],
+        cwd=REPO, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads((tmp_path / "sharding_scaling.json").read_text())
+    assert result["machine"]["tensorflow"] is None
+    assert result["params"]["images"] == 40  # drawn by 2 processes, merged into 4 classes
+    assert set(result["images_per_second"]) == {
+        "beam_1_workers", "beam_2_workers", "beam_default", "beam_in_process"
+    }  # fmt: skip
+    assert result["ratio_vs_1_worker"]["1"] == 1.0
+    for ratios in ("ratio_vs_1_worker", "validation_ratio_vs_1_process"):
+        assert all(math.isfinite(v) and v > 0 for v in result[ratios].values())
