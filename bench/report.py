@@ -125,6 +125,13 @@ def rows(results: dict) -> list[tuple[str, str, str]]:
              f"{_rate(ips['1_worker'])} vs {_rate(ips['1_worker_synthetic'])}",
              f"input_bound_share {r['input_bound_share']:.2f}"),
         ]  # fmt: skip
+        if "ratio_cached_vs_synthetic_input" in r:
+            out.append(
+                ("same, the trainer's default --cache auto (decoded images in memory after "
+                 "the first epoch)",
+                 f"{_rate(ips['1_worker_cached'])} vs {_rate(ips['1_worker_synthetic'])}",
+                 f"ratio_cached_vs_synthetic_input {r['ratio_cached_vs_synthetic_input']:.2f}")
+            )  # fmt: skip
         for workers, split in r.get("step_time_breakdown_ms", {}).items():
             out.append(
                 (f"training step, {workers.replace('_', ' ')} (ms): compute + all-reduce + "

@@ -15,54 +15,60 @@ import argparse
 import json
 import shutil
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench import common
+from training.shards import ShardSet
 
-RUNS = {  # name: (workers, synthetic input, per-replica batch multiple, tf.data service,
-    #          --batch-norm, "" for the trainer's default)
-    "1_worker": (1, False, 1, False, ""),
-    "2_workers": (2, False, 1, False, ""),
-    "1_worker_synthetic": (1, True, 1, False, ""),
-    "2_workers_synthetic": (2, True, 1, False, ""),
+
+@dataclass(frozen=True)
+class Run:
+    workers: int
+    synthetic: bool = False  # --synthetic-input: one in-memory batch repeated
+    batch_multiple: int = 1  # per-replica batch x this, over as many times fewer steps
+    input_service: bool = False  # the input on a tf.data service worker on the next core
+    batch_norm: str = ""  # --batch-norm; "" for the trainer's default
+    # The trainer's default --cache auto (these shards fit), with epochs of one pass over
+    # the split, so the timed second epoch reads decoded images from memory.
+    cached: bool = False
+
+
+RUNS = {
+    "1_worker": Run(1),
+    "2_workers": Run(2),
+    "1_worker_synthetic": Run(1, synthetic=True),
+    "2_workers_synthetic": Run(2, synthetic=True),
     # The same pair at a 4x larger per-replica batch (over a quarter of the steps, so the
     # same images): more compute per all-reduce, as a bigger model or batch on a cluster.
-    "1_worker_large_batch": (1, False, 4, False, ""),
-    "2_workers_large_batch": (2, False, 4, False, ""),
+    "1_worker_large_batch": Run(1, batch_multiple=4),
+    "2_workers_large_batch": Run(2, batch_multiple=4),
     # One trainer on core 0, its input on one tf.data service worker on core 1.
-    "1_worker_input_service": (1, False, 1, True, ""),
+    "1_worker_input_service": Run(1, input_service=True),
     # 2 workers with BatchNorm over the global batch (the default before local statistics):
     # two all-reduces per layer per step on top of the gradients'.
-    "2_workers_sync_batch_norm": (2, False, 1, False, "sync"),
+    "2_workers_sync_batch_norm": Run(2, batch_norm="sync"),
+    "1_worker_cached": Run(1, cached=True),
 }
 
 
-def train_once(
-    shards: Path,
-    out: Path,
-    *,
-    workers: int,
-    synthetic: bool,
-    steps: int,
-    batch_per_worker: int,
-    input_service: bool = False,
-    batch_norm: str = "",
-) -> float:
+def train_once(shards: Path, out: Path, run: Run, *, steps: int, batch_per_worker: int) -> float:
     shutil.rmtree(out, ignore_errors=True)
     command = [
-        sys.executable, "-m", "training.launch", "--num-workers", str(workers), "--pin-cores",
+        sys.executable, "-m", "training.launch", "--num-workers", str(run.workers), "--pin-cores",
         "--data", str(shards), "--output", str(out), "--epochs", "2",
         "--steps-per-epoch", str(steps), "--checkpoint-every", str(10 * steps),
         "--per-replica-batch-size", str(batch_per_worker),
+    ]  # fmt: skip
+    if not run.cached:
         # No cache: every step pays for decoding, as in the runs this table started from
         # (the trainer's default, --cache auto, would cache these small shards in memory).
-        "--cache=",
-    ]  # fmt: skip
-    if synthetic:
+        command.append("--cache=")
+    if run.synthetic:
         command.append("--synthetic-input")
-    if batch_norm:
-        command.append(f"--batch-norm={batch_norm}")
-    if input_service:  # the launcher pins the service to the core after the trainers'
+    if run.batch_norm:
+        command.append(f"--batch-norm={run.batch_norm}")
+    if run.input_service:  # the launcher pins the service to the core after the trainers'
         command.append("--input-service=local:1")
     common.timed(command, cwd=common.REPO, env=common.bench_env())
     metrics = json.loads((out / "metrics.json").read_text())
@@ -81,25 +87,22 @@ def run(
     if len(common.machine_cores()) < 2:
         raise SystemExit("the training benchmark needs 2 cores (one per pinned worker)")
     shards = common.sharded(work, common.sample_images(work, images))
-    rates = {
-        name: common.repeat(
-            lambda w=workers, s=synthetic, m=multiple, i=service, b=batch_norm: train_once(
-                shards,
-                work / "train-run",
-                workers=w,
-                synthetic=s,
-                steps=max(1, steps // m),
-                batch_per_worker=batch_per_worker * m,
-                input_service=i,
-                batch_norm=b,
-            ),
-            repeats,
+    # One epoch of a cached run is one pass over the training split (per worker).
+    pass_steps = -(-ShardSet.open(str(shards)).num_records("train") // batch_per_worker)
+
+    def measure(run: Run) -> float:
+        return train_once(
+            shards,
+            work / "train-run",
+            run,
+            steps=pass_steps if run.cached else max(1, steps // run.batch_multiple),
+            batch_per_worker=batch_per_worker * run.batch_multiple,
         )
-        for name, (workers, synthetic, multiple, service, batch_norm) in RUNS.items()
-    }
+
+    rates = {name: common.repeat(lambda r=run: measure(r), repeats) for name, run in RUNS.items()}
     steps_per_second = {
-        name: rates[name]["median"] / (batch_per_worker * multiple * workers)
-        for name, (workers, _, multiple, _, _) in RUNS.items()
+        name: rates[name]["median"] / (batch_per_worker * run.batch_multiple * run.workers)
+        for name, run in RUNS.items()
     }
     real_vs_synthetic = common.ratio(rates["1_worker"], rates["1_worker_synthetic"])
     result = {
@@ -110,6 +113,7 @@ def run(
             "image_size": 64,
             "batch_per_worker": batch_per_worker,
             "steps_per_epoch": steps,
+            "cached_run_steps_per_epoch": pass_steps,
             "repeats": repeats,
             "pinned": "worker i on core i",
         },
@@ -129,6 +133,10 @@ def run(
             rates["2_workers_large_batch"], rates["1_worker_large_batch"]
         ),
         "ratio_real_vs_synthetic_input": real_vs_synthetic,
+        # The same with the trainer's default cache: decoding happens in the first epoch only.
+        "ratio_cached_vs_synthetic_input": common.ratio(
+            rates["1_worker_cached"], rates["1_worker_synthetic"]
+        ),
         "input_bound_share": 1.0 - real_vs_synthetic,
         "step_time_breakdown_ms": step_breakdown(steps_per_second),
     }

@@ -34,6 +34,7 @@ RATIOS = {
         "ratio_2_vs_1_workers",
         "ratio_2_vs_1_workers_sync_batch_norm",
         "ratio_real_vs_synthetic_input",
+        "ratio_cached_vs_synthetic_input",
         "input_bound_share",
     ],
     "orchestration": ["ratio_wall_vs_stages", "ratio_second_vs_first_run"],
