@@ -170,21 +170,31 @@ def _csv_rows(uri: str, text: str) -> Iterable[tuple[int, dict]]:
         yield line_no, dict(zip(columns, cells, strict=False))
 
 
-def _manifest_rows(uri: str, text: str) -> Iterable[tuple[int, dict]]:
+def _manifest_rows(uri: str, text: str) -> list[tuple[int, dict | None]]:
+    """(line number, row) of each manifest row; None for a JSON line that is not an object.
+
+    One broken line (a truncated last line, a stray list) is that row's dead letter, as a
+    row without a uri is; a file in which no line is a JSON object is not a JSONL manifest.
+    """
     if uri.lower().endswith(".csv"):
-        yield from _csv_rows(uri, text)
-        return
+        return list(_csv_rows(uri, text))
+    rows, first_problem = [], ""
     # "\n" only: str.splitlines() would also cut a line at U+2028/U+2029/U+0085 in a name
     for line_no, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
+            problem = "" if isinstance(row, dict) else "expected a JSON object"
         except json.JSONDecodeError as err:
-            raise InputError(f"manifest {uri}, line {line_no}: invalid JSON ({err.msg})") from None
-        if not isinstance(row, dict):
-            raise InputError(f"manifest {uri}, line {line_no}: expected a JSON object")
-        yield line_no, row
+            problem = f"invalid JSON ({err.msg})"
+        if problem:
+            first_problem = first_problem or f"line {line_no}: {problem}"
+            row = None
+        rows.append((line_no, row))
+    if rows and all(row is None for _, row in rows):
+        raise InputError(f"manifest {uri}, {first_problem}; no line is a JSON object")
+    return rows
 
 
 def list_manifest(uri: str) -> tuple[list[WorkItem], dict[str, int]]:
@@ -200,6 +210,11 @@ def list_manifest(uri: str) -> tuple[list[WorkItem], dict[str, int]]:
     base = posixpath.dirname(uri) if "://" in uri else os.path.dirname(os.path.abspath(uri))
     items, seen = [], set()
     for line_no, row in _manifest_rows(uri, text):
+        if row is None:
+            items.append(
+                WorkItem(uri=f"{uri}#{line_no}", key="", label="", reject="bad_manifest_row")
+            )
+            continue
         raw_uri, label, split = (_cell(row.get(name)) for name in ("uri", "label", "split"))
         if not raw_uri or not label:
             items.append(

@@ -193,3 +193,26 @@ def test_manifest_without_label_column_is_a_clear_error(tmp_path):
     manifest.write_text("path,class\na.jpg,cat\n")
     with pytest.raises(InputError, match="'uri' and 'label'"):
         build_plan(_config(tmp_path, manifest))
+
+
+def test_a_broken_jsonl_line_is_that_rows_dead_letter(tmp_path):
+    """A truncated last line or a stray list costs its own row, not the whole manifest."""
+    _touch(str(tmp_path / "a.jpg"))
+    _touch(str(tmp_path / "b.jpg"))
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text(
+        '{"uri": "a.jpg", "label": "cat"}\n["b.jpg", "dog"]\n"b.jpg"\n'
+        '{"uri": "b.jpg", "label": "dog"}\n{"uri": "c.jpg", "lab'
+    )
+    plan = build_plan(_config(tmp_path, manifest))
+    rejected = {i.uri: i.reject for i in plan.items if i.reject}
+    assert rejected == {f"{manifest}#{n}": "bad_manifest_row" for n in (2, 3, 5)}
+    assert sorted(i.key for i in plan.items if not i.reject) == ["a.jpg", "b.jpg"]
+    assert plan.label_map == {"cat": 0, "dog": 1}
+
+
+def test_a_jsonl_manifest_without_one_json_object_is_a_clear_error(tmp_path):
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text("uri,label\na.jpg,cat\n")  # a CSV saved as .jsonl
+    with pytest.raises(InputError, match=r"line 1: invalid JSON .*no line is a JSON object"):
+        build_plan(_config(tmp_path, manifest))
