@@ -144,13 +144,19 @@ def _augment_batch(images, labels, image_size: int):
 
     Vectorised after `batch`: one op per batch instead of five per image
     (bench/ measured the per-element version at several % of the pipeline).
-    Each image still gets its own flip, crop box and brightness shift.
+    Each image still gets its own flip, crop box and brightness shift. The flip
+    is the crop box's: `crop_and_resize` samples a box whose x1 > x2 mirrored,
+    which saves a pass over the batch (a third of the augmentation's time).
     """
     batch = tf.shape(images)[0]
-    images = tf.image.random_flip_left_right(images)
     scale = tf.random.uniform([batch, 1], MIN_CROP_SCALE, 1.0)
     corner = tf.random.uniform([batch, 2]) * (1.0 - scale)
-    boxes = tf.concat([corner, corner + scale], axis=1)  # y1, x1, y2, x2 in [0, 1]
+    top, left = corner[:, :1], corner[:, 1:]
+    flip = tf.random.uniform([batch, 1]) < 0.5
+    right = left + scale
+    boxes = tf.concat(  # y1, x1, y2, x2 in [0, 1]
+        [top, tf.where(flip, right, left), top + scale, tf.where(flip, left, right)], axis=1
+    )
     images = tf.image.crop_and_resize(
         images, boxes, tf.range(batch), [image_size, image_size], method="bilinear"
     )

@@ -163,3 +163,24 @@ def test_auto_cached_training_pipeline_serves_each_image_once_per_epoch(trainabl
     for index, (image, _) in enumerate(ds.take(2 * count)):
         (first if index < count else second).append(float(tf.reduce_sum(image)))
     assert sorted(first) == pytest.approx(sorted(second))
+
+
+def test_augmentation_flips_about_half_the_images_and_crops_inside_them():
+    from training.data import BRIGHTNESS_DELTA, MIN_CROP_SCALE, _augment_batch
+
+    tf.random.set_seed(7)
+    size, batch = 32, 256
+    left_bright = tf.concat([tf.ones([size, size // 2, 3]), tf.zeros([size, size // 2, 3])], 1)
+    images, labels = _augment_batch(tf.stack([left_bright] * batch), tf.range(batch), size)
+    assert images.shape == (batch, size, size, 3)
+    assert labels.numpy().tolist() == list(range(batch))  # labels travel with their image
+    assert float(tf.reduce_min(images)) >= 0.0 and float(tf.reduce_max(images)) <= 1.0
+    left = tf.reduce_mean(images[:, :, : size // 4], axis=[1, 2, 3])
+    right = tf.reduce_mean(images[:, :, -size // 4 :], axis=[1, 2, 3])
+    flipped = int(tf.reduce_sum(tf.cast(left < right, tf.int32)))
+    assert 0.35 * batch < flipped < 0.65 * batch
+    # A crop keeps at least MIN_CROP_SCALE of each side, so the outer quarters stay on
+    # their own side of the edge; only the brightness shift moves them.
+    assert float(tf.reduce_max(tf.minimum(left, right))) <= BRIGHTNESS_DELTA + 1e-6
+    assert float(tf.reduce_min(tf.maximum(left, right))) >= 1 - BRIGHTNESS_DELTA - 1e-6
+    assert MIN_CROP_SCALE > 0.5
