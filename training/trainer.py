@@ -14,6 +14,7 @@ to that step and runs to the same total number of steps as an uninterrupted run.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -274,7 +275,8 @@ class Trainer:
 
         return train_steps
 
-    def _stop_agreement_fn(self):
+    @functools.cached_property
+    def _agree_to_stop(self):
         """Whether any worker was told to stop: one scalar all-reduce, called between
         calls into the training graph (so every `steps_per_call` steps), so all workers
         stop at the same step; a worker stopping alone would hang the others'
@@ -298,10 +300,10 @@ class Trainer:
         """Return when every worker has called this: the last thing each worker does, so
         none exits while the chief still exports or evaluates (TensorFlow's coordination
         service would report the early one as crashed, an ERROR line in a healthy run)."""
-        self._all_agree_to_stop(self._stop_agreement_fn())
+        self._all_agree_to_stop()
 
-    def _all_agree_to_stop(self, agree_to_stop) -> bool:
-        return float(agree_to_stop(tf.constant(float(self.stop_requested)))) > 0
+    def _all_agree_to_stop(self) -> bool:
+        return float(self._agree_to_stop(tf.constant(float(self.stop_requested)))) > 0
 
     def _preempted(self, step: int) -> None:
         """Called on every worker at the same step, after the checkpoint of that step."""
@@ -459,7 +461,6 @@ class Trainer:
             else tf.summary.create_noop_writer()
         )
         train_steps = self._train_steps_fn()
-        agree_to_stop = self._stop_agreement_fn()
         step = int(self.step.numpy())
         if step >= self.total_steps:
             log.info(
@@ -498,7 +499,7 @@ class Trainer:
                 saved = step % every == 0
                 if saved:
                     self.save_checkpoint()
-                if self._all_agree_to_stop(agree_to_stop):
+                if self._all_agree_to_stop():
                     if not saved:
                         self.save_checkpoint()
                     self._preempted(step)
@@ -527,7 +528,7 @@ class Trainer:
             if self.cluster.is_chief:
                 self._write_history(history)
             self.save_checkpoint()
-            if step < self.total_steps and self._all_agree_to_stop(agree_to_stop):
+            if step < self.total_steps and self._all_agree_to_stop():
                 self._preempted(step)
             with writer.as_default(step=step):
                 for key, value in vars(metrics).items():
