@@ -62,9 +62,14 @@ def _validate(path: str) -> bool:
     return True
 
 
+def image_files(images: Path) -> list[str]:
+    """The sample's image files (not its hidden `.complete` marker), sorted."""
+    return sorted(str(p) for p in images.rglob("*") if p.is_file() and not p.name.startswith("."))
+
+
 def validation_seconds(images: Path, processes: int) -> float:
     """The validation work alone on `processes` pool processes (started beforehand)."""
-    paths = sorted(str(p) for p in images.rglob("*") if p.is_file() and not p.name.startswith("."))
+    paths = image_files(images)
     with ProcessPoolExecutor(processes) as pool:
         list(pool.map(_validate, paths[:processes]))  # start and import before timing
         started = time.perf_counter()
@@ -91,7 +96,7 @@ def run(work: Path, *, sizes: list[int], repeats: int, results_dir: Path = commo
     per_size: dict = {m: {} for m in METHODS}
     for size in sizes:
         images = common.sample_images(work, size)
-        count = sum(1 for p in images.rglob("*") if p.is_file() and not p.name.startswith("."))
+        count = len(image_files(images))
         for method in METHODS:
             seconds = [run_once(method, images, work / f"out-{method}") for _ in range(repeats)]
             per_size[method][count] = {

@@ -34,7 +34,7 @@ from pathlib import Path
 
 from beam_jobs.local_runner import available_cores, choose_local_mode
 from bench import common
-from bench.sharding import validation_seconds
+from bench.sharding import image_files, validation_seconds
 
 
 def _generate_part(args: tuple[str, int, int]) -> str:
@@ -74,7 +74,7 @@ def sample_images_parallel(work: Path, images: int, processes: int) -> Path:
 def run(work: Path, *, images: int, workers: list[int], repeats: int) -> dict:
     cores = available_cores()
     source = sample_images_parallel(work, images, max(1, min(cores, 16)))
-    count = sum(1 for p in source.rglob("*") if p.is_file() and not p.name.startswith("."))
+    count = len(image_files(source))
     out = work / "scaling-out"
     seconds = {}
     for _ in range(repeats):  # alternated, so drift hits every variant alike
