@@ -26,6 +26,7 @@ from apache_beam.io.filesystems import FileSystems
 from beam_jobs import fs
 from beam_jobs.config import ShardConfig
 from beam_jobs.splits import SPLIT_NAMES, assign_split, hash_fraction
+from shardspec.folder import MIN_CLASSES
 from stageconfig import ConfigError, local_path, text_name
 
 log = logging.getLogger(__name__)
@@ -318,6 +319,10 @@ def build_plan(config: ShardConfig) -> Plan:
         }
     if not label_map:
         raise InputError(f"no labelled images found under {config.input}")
+    if len(label_map) < MIN_CLASSES:
+        # Shards of one class are valid data, but no classifier trains on them: say so
+        # now (validate_shards and the trainer refuse them).
+        log.warning("%s", _one_label_message(config, next(iter(label_map))))
 
     placed: list[WorkItem] = []
     for item in items:
@@ -363,6 +368,19 @@ def build_plan(config: ShardConfig) -> Plan:
         len(label_map),
     )
     return Plan(items=final, label_map=label_map, shard_counts=shard_counts)
+
+
+def _one_label_message(config: ShardConfig, label: str) -> str:
+    """The usual cause of one label is an --input one folder above the class folders."""
+    needs = f"a classifier needs {MIN_CLASSES} or more"
+    if config.label_map:
+        return f"--label-map {config.label_map} names only one label, {label!r}: {needs}"
+    if is_manifest(config.input):
+        return f"manifest {config.input} names only one label, {label!r}: {needs}"
+    return (
+        f"{config.input} holds one class folder, {label!r}: {needs} (labels are the "
+        "folders right under --input: is it one level above the class folders?)"
+    )
 
 
 def _chunked(items: list[WorkItem]) -> list[WorkItem]:

@@ -56,6 +56,7 @@ def validate_shards(
     max_error_fraction: float,
     min_train_shards: int = 1,
     min_train_records: int = 0,
+    min_classes: int = 0,
     verify_records: bool = True,
 ) -> dict:
     """Return a small summary (for XCom) or raise ShardValidationError with every problem."""
@@ -66,6 +67,7 @@ def validate_shards(
         max_error_fraction=max_error_fraction,
         min_train_shards=min_train_shards,
         min_train_records=min_train_records,
+        min_classes=min_classes,
     )
     if folder is None:
         raise ShardValidationError(directory, problems)

@@ -109,6 +109,7 @@ def image_model_pipeline():
     def validate_shards() -> dict:
         from beam_jobs.validate import ShardValidationError
         from beam_jobs.validate import validate_shards as check
+        from shardspec.folder import MIN_CLASSES
 
         context = get_current_context()
         params = context["params"]
@@ -118,6 +119,7 @@ def image_model_pipeline():
                 max_error_fraction=params["max_error_fraction"],
                 min_train_shards=params["num_workers"],
                 min_train_records=params["num_workers"] * params["per_replica_batch_size"],
+                min_classes=MIN_CLASSES,
                 verify_records=False,  # metadata and sizes; the job hashed what it wrote
             )
         except ShardValidationError as err:

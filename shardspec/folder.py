@@ -19,6 +19,18 @@ from typing import Any, Protocol
 from shardspec.example import SCHEMA_VERSION
 from shardspec.layout import COMPRESSIONS, DEFAULT_COMPRESSION, METADATA, SUCCESS
 
+# A classifier of one class is always right and learns nothing; the usual cause is an
+# --input one folder above the class folders (everything under it becomes one label).
+MIN_CLASSES = 2
+
+
+def too_few_classes(label_map: dict[str, int], min_classes: int = MIN_CLASSES) -> str | None:
+    """What is wrong with training on these labels, or None."""
+    if len(label_map) >= min_classes:
+        return None
+    names = ", ".join(repr(name) for name in sorted(label_map)) or "none"
+    return f"{len(label_map)} class(es) ({names}): a classifier needs {min_classes} or more"
+
 
 class Files(Protocol):
     """The three calls a check needs, on whatever filesystem holds the folder."""
@@ -186,6 +198,7 @@ def check_folder(
     max_error_fraction: float | None = None,
     min_train_shards: int = 0,
     min_train_records: int = 0,
+    min_classes: int = 0,
 ) -> tuple[FolderMetadata | None, list[str]]:
     """The folder's metadata and every problem found (none: it can be trained on).
 
@@ -214,6 +227,8 @@ def check_folder(
             f"error fraction {metadata.error_fraction:.1%} is above the limit "
             f"{max_error_fraction:.1%} ({metadata.raw.get('errors_by_reason')})"
         )
+    if problem := too_few_classes(metadata.label_map, min_classes):
+        problems.append(problem)
     train = metadata.splits.get("train", SplitEntry(0))
     if len(train.shards) < min_train_shards:
         problems.append(

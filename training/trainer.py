@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import keras
 import tensorflow as tf
 
+from shardspec.folder import too_few_classes
 from training import diagnosis
 from training.config import (
     CLUSTER_INPUT_SERVICE,
@@ -113,6 +114,8 @@ class Trainer:
         self.strategy = strategy
         self.shards = shard_set
         self.global_batch_size = config.per_replica_batch_size * strategy.num_replicas_in_sync
+        if problem := too_few_classes(shard_set.folder.label_map):
+            raise ShardError(f"{shard_set.directory}: {problem}")
         train_records = shard_set.num_records("train")
         if train_records < self.global_batch_size:
             raise ShardError(

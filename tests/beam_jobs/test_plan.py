@@ -41,6 +41,24 @@ def test_folder_labels_are_sorted_names_and_odd_files_are_handled(tmp_path):
     assert sum(1 for item in plan.items if item.reject) == 1
 
 
+def test_one_class_folder_is_planned_with_a_warning_that_says_why(tmp_path, caplog):
+    """--input one level too high makes one label of everything: valid shards, but no
+    classifier trains on them (validate_shards and the trainer refuse), so say it now."""
+    root = tmp_path / "data"
+    for name in ("cat/1.jpg", "dog/1.jpg"):
+        _touch(str(root / "images" / name))
+    with caplog.at_level("WARNING", logger="beam_jobs.plan"):
+        plan = build_plan(_config(tmp_path, root))
+    assert plan.label_map == {"images": 0}
+    assert f"{root} holds one class folder, 'images': a classifier needs 2" in caplog.text
+    assert "one level above the class folders" in caplog.text
+
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="beam_jobs.plan"):
+        build_plan(_config(tmp_path, root / "images"))
+    assert caplog.text == ""
+
+
 def _train_only_plan(tmp_path, images: int, classes: int, num_shards: int):
     """A plan of `images` files in `classes` folders, all in the train split."""
     root = tmp_path / "images"

@@ -77,3 +77,13 @@ def test_the_cheap_check_reads_no_shard_but_catches_changed_sizes(shards_copy, m
     shard.write_bytes(shard.read_bytes()[:-7])
     with pytest.raises(ShardValidationError, match=r"train-00000-of-00002.tfrecord: \d+ bytes"):
         validate_shards(str(shards_copy), max_error_fraction=0.05, verify_records=False)
+
+
+def test_shards_of_one_class_fail_before_training(shards_copy):
+    """A one-class classifier is always right and learns nothing: refused by name."""
+    metadata = json.loads((shards_copy / "metadata.json").read_text())
+    metadata["label_map"] = {"images": 0}
+    (shards_copy / "metadata.json").write_text(json.dumps(metadata))
+    validate_shards(str(shards_copy), max_error_fraction=0.05)  # valid data as such
+    with pytest.raises(ShardValidationError, match=r"1 class\(es\) \('images'\): a classifier"):
+        validate_shards(str(shards_copy), max_error_fraction=0.05, min_classes=2)

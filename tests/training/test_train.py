@@ -5,6 +5,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -253,6 +254,16 @@ def test_each_replica_keeps_its_batch_and_the_learning_rate_follows_the_global_o
 def test_a_global_batch_larger_than_the_train_split_is_a_clear_error(trainable_shards, tmp_path):
     with pytest.raises(ShardError, match=r"fewer than one global batch \(20000 = .* x 2 "):
         _trainer(trainable_shards, str(tmp_path), 2, per_replica_batch_size=10000)
+
+
+def test_shards_of_one_class_are_a_clear_error(trainable_shards, tmp_path):
+    one_class = tmp_path / "shards"
+    shutil.copytree(trainable_shards, one_class)
+    metadata = json.loads((one_class / "metadata.json").read_text())
+    metadata["label_map"] = {"images": 0}
+    (one_class / "metadata.json").write_text(json.dumps(metadata))
+    with pytest.raises(ShardError, match=r"1 class\(es\) \('images'\): a classifier needs 2"):
+        _trainer(str(one_class), str(tmp_path / "run"), 1)
 
 
 def test_unusable_shards_exit_2_without_traceback(tmp_path, capsys):
