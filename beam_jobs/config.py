@@ -143,9 +143,9 @@ class ShardConfig:
     )
 
     def __post_init__(self) -> None:
-        for name in ("input", "output", "cache_dir", "label_map"):  # file:// -> a path
+        for name in ("input", "output", "cache_dir", "label_map"):  # file://, ~ -> a path
             if getattr(self, name):
-                object.__setattr__(self, name, stageconfig.local_path(getattr(self, name)))
+                object.__setattr__(self, name, stageconfig.user_path(getattr(self, name)))
         if not self.input:
             raise ConfigError("--input is required")
         if not self.output:

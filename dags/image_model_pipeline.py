@@ -23,7 +23,7 @@ from orchestration.beam_options import dataflow_config, shard_job_options
 from orchestration.dataflow_job import ShardImagesOperator
 from orchestration.params import check_run, dag_params, train_flags
 from orchestration.runs import RunPaths, shard_cache_dir
-from stageconfig import ConfigError
+from stageconfig import ConfigError, user_path
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCHEDULE = os.environ.get("IMAGEPIPE_SCHEDULE", "@daily") or None
@@ -57,12 +57,17 @@ PARAMS = {
 }
 
 
+def _root(params, name: str) -> str:
+    """output_root or model_root as typed in the form: `~` and file:// are local paths."""
+    return user_path(params[name])
+
+
 def _paths(params, run_id) -> RunPaths:
-    return RunPaths.for_run(params["output_root"], run_id)
+    return RunPaths.for_run(_root(params, "output_root"), run_id)
 
 
 def _shard_options(params, run_id) -> dict:
-    cache_dir = shard_cache_dir(params["output_root"])
+    cache_dir = shard_cache_dir(_root(params, "output_root"))
     return shard_job_options(params, _paths(params, run_id).shards, cache_dir)
 
 
@@ -165,7 +170,7 @@ def image_model_pipeline():
             from orchestration.reuse import find_finished_training, shards_fingerprint
 
             reused = find_finished_training(
-                params["output_root"],
+                _root(params, "output_root"),
                 fingerprint=shards_fingerprint(shards["shards_dir"]),
                 train_flags=job.train_flags,
                 num_workers=job.num_workers,
@@ -235,7 +240,7 @@ def image_model_pipeline():
         try:
             published = publish_model(
                 evaluation["model_dir"],
-                params["model_root"],
+                _root(params, "model_root"),
                 params["model_name"],
                 run_id=context["run_id"],
                 evaluation=evaluation,

@@ -32,6 +32,7 @@ __all__ = [
     "local_path",
     "param",
     "text_name",
+    "user_path",
 ]
 
 
@@ -126,6 +127,14 @@ def local_path(uri: str) -> str:
     if parsed.netloc not in ("", "localhost"):
         raise ConfigError(f"{uri}: a file:// URI of another host ({parsed.netloc}) is not local")
     return urllib.parse.unquote(parsed.path, errors="surrogateescape") or "/"
+
+
+def user_path(value: str) -> str:
+    """A path flag as typed where no shell expands it (a DAG's trigger form, a config
+    file, a scheduler's argument list): a `file://` URI as the local path it names, and
+    a leading `~` as the home folder, as a shell would have done."""
+    path = local_path(value)
+    return os.path.expanduser(path) if path.startswith("~") else path
 
 
 def text_name(name: str) -> str:

@@ -196,6 +196,8 @@ class TrainConfig:
     )
 
     def __post_init__(self) -> None:
+        for name in ("data", "output"):  # file://, ~ -> a path
+            object.__setattr__(self, name, stageconfig.user_path(getattr(self, name)))
         stageconfig.check(self)
         stageconfig.check_output_folder("--output", self.output)
         stageconfig.check_utf8_name("--data", self.data)

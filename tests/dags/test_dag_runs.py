@@ -57,8 +57,14 @@ def test_dags_test_runs_the_whole_pipeline_green(images, tmp_path):
     env = airflow_env(tmp_path / "airflow_home")
     migrate = airflow(env, "db", "migrate")
     assert migrate.returncode == 0, migrate.stderr[-2000:]
+    # The roots typed as in the trigger form, where no shell expands `~` (HOME is tmp_path;
+    # matplotlib keeps its usual font cache instead of building one there).
+    import matplotlib
+
     conf = _conf(tmp_path, images)
-    run = airflow(env, "dags", "test", DAG_ID, "-c", json.dumps(conf))
+    typed = {**conf, "output_root": "~/out", "model_root": "~/models"}
+    env = {**env, "HOME": str(tmp_path), "MPLCONFIGDIR": matplotlib.get_cachedir()}
+    run = airflow(env, "dags", "test", DAG_ID, "-c", json.dumps(typed))
     assert run.returncode == 0, (run.stdout + run.stderr)[-6000:]
     # A healthy run's task logs hold no warning or error (Beam's progress logged as warnings,
     # TensorFlow's retracing notices, provider quirks); Airflow's CLI's graphviz notice aside.

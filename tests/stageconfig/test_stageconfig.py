@@ -80,3 +80,24 @@ def test_a_file_uri_is_the_local_path_it_names():
         assert stageconfig.local_path(unchanged) == unchanged
     with pytest.raises(ConfigError, match="another host"):
         stageconfig.local_path("file://nas/data/x")
+
+
+def test_a_leading_tilde_is_the_home_folder_in_every_stages_path_flags(tmp_path, monkeypatch):
+    """A trigger form or a config file passes `~/photos` verbatim (no shell expands it)."""
+    from beam_jobs.config import ShardConfig
+    from training.config import TrainConfig
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert stageconfig.user_path("~/photos") == f"{tmp_path}/photos"
+    assert stageconfig.user_path("~") == str(tmp_path)
+    assert stageconfig.user_path("file:///data/a%20b") == "/data/a b"
+    for unchanged in ("/data/~x", "gs://b/~/x", "relative/~"):
+        assert stageconfig.user_path(unchanged) == unchanged
+    shard = ShardConfig(input="~/photos", output="~/shards", cache_dir="~/cache")
+    assert (shard.input, shard.output, shard.cache_dir) == (
+        f"{tmp_path}/photos",
+        f"{tmp_path}/shards",
+        f"{tmp_path}/cache",
+    )
+    train = TrainConfig(data="~/shards", output="~/run")
+    assert (train.data, train.output) == (f"{tmp_path}/shards", f"{tmp_path}/run")
