@@ -32,6 +32,7 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 from orchestration.params import MODEL_NAME_PATTERN
+from stageconfig import user_path
 
 LATEST = "LATEST"
 PUBLISH_RECORD = posixpath.join("assets.extra", "publish.json")
@@ -234,8 +235,10 @@ def main(argv: list[str] | None = None) -> int:
         description="Publish an exported model as <model-root>/<model-name>/<version>/ and "
         "move LATEST to it. Publishing the same --run-id again returns its version.",
     )
-    parser.add_argument("--model", required=True, help="SavedModel folder (RUN_DIR/model).")
-    parser.add_argument("--model-root", required=True)
+    parser.add_argument(
+        "--model", required=True, type=user_path, help="SavedModel folder (RUN_DIR/model)."
+    )
+    parser.add_argument("--model-root", required=True, type=user_path)
     parser.add_argument("--model-name", required=True)
     parser.add_argument("--run-id", required=True, help="Identifies this publication.")
     parser.add_argument("--evaluation", help="evaluation.json to keep with the version.")

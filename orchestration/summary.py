@@ -14,6 +14,7 @@ import sys
 import fsspec
 
 from orchestration.plots import CONFUSION, CURVES
+from stageconfig import user_path
 
 
 def _read_json(path: str) -> dict | None:
@@ -60,7 +61,7 @@ def summary(model_root: str, model_name: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m orchestration.summary", description=__doc__)
-    parser.add_argument("--model-root", required=True)
+    parser.add_argument("--model-root", required=True, type=user_path)
     parser.add_argument("--model-name", default="shapes")
     args = parser.parse_args(argv)
     try:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import tensorflow as tf
 
+from stageconfig import user_path
 from training import features
 from training.shards import ShardError, ShardSet
 
@@ -275,7 +276,9 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m training.data",
         description="Measure the input pipeline's throughput (images/s) without a model.",
     )
-    parser.add_argument("--data", required=True, help="Shard directory (local or gs://).")
+    parser.add_argument(
+        "--data", required=True, type=user_path, help="Shard directory (local or gs://)."
+    )
     parser.add_argument("--split", default="train", help="Split to read (default train).")
     parser.add_argument("--batch-size", type=int, default=64, help="Batch size (default 64).")
     parser.add_argument("--image-size", type=int, default=64, help="Model input size (default 64).")

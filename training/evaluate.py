@@ -15,6 +15,7 @@ from collections import Counter
 
 import tensorflow as tf
 
+from stageconfig import user_path
 from training import features
 from training.gate import EVALUATION, AccuracyGateFailed, check_gate
 from training.shards import ShardError, ShardSet
@@ -79,10 +80,16 @@ def main(argv: list[str] | None = None) -> int:
         "else validation) through its serving signature; print the accuracy per class, "
         "optionally write evaluation.json and refuse below a gate (exit 1).",
     )
-    parser.add_argument("--model", required=True, help="SavedModel folder (RUN_DIR/model).")
-    parser.add_argument("--data", required=True, help="Shard folder the model was trained on.")
+    parser.add_argument(
+        "--model", required=True, type=user_path, help="SavedModel folder (RUN_DIR/model)."
+    )
+    parser.add_argument(
+        "--data", required=True, type=user_path, help="Shard folder the model was trained on."
+    )
     parser.add_argument("--split", default="test", help="Split to score (default test).")
-    parser.add_argument("--output", help="Write the evaluation here (evaluation.json).")
+    parser.add_argument(
+        "--output", type=user_path, help="Write the evaluation here (evaluation.json)."
+    )
     parser.add_argument(
         "--accuracy-gate", type=float, default=0.0, help="Exit 1 below this accuracy."
     )
