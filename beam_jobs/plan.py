@@ -384,10 +384,16 @@ def _one_label_message(config: ShardConfig, label: str) -> str:
 
 
 def _chunked(items: list[WorkItem]) -> list[WorkItem]:
-    """Number consecutive runs of CHUNK_IMAGES items in key order (a shard's record order),
-    so a shard is the concatenation of its chunks' fragments in chunk order."""
+    """Number consecutive runs of items in key order (a shard's record order), so a shard
+    is the concatenation of its chunks' fragments in chunk order.
+
+    The runs are of equal size (within one), at most CHUNK_IMAGES: Beam's local runner
+    deals grouped keys to its workers round-robin, so runs of exactly CHUNK_IMAGES and a
+    short tail gave every shard's short tail to the same worker (one of 2 workers read
+    1,792 of 3,000 images; the job ran 10 % longer than with equal runs, bench/)."""
     ordered = sorted(items, key=lambda i: i.key)
-    return [replace(item, chunk=index // CHUNK_IMAGES) for index, item in enumerate(ordered)]
+    runs = math.ceil(len(ordered) / CHUNK_IMAGES)
+    return [replace(item, chunk=index * runs // len(ordered)) for index, item in enumerate(ordered)]
 
 
 def shard_count(num_records: int, estimated_bytes: int, config: ShardConfig) -> int:
