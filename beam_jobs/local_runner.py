@@ -28,17 +28,17 @@ LOCAL_RUNNER = "FnApiRunner"
 LOCAL_RUNNER_NAMES = (None, "DirectRunner", "SwitchingDirectRunner", LOCAL_RUNNER)
 
 # Measured by `make bench` (bench/results/sharding.json, 2 cores, 300-3,000 images): in one
-# thread; on 2 worker threads (wall time per image: the GIL-holding part does not scale with
-# threads, so it is not divided by the cores below); with 2 worker processes (CPU per image,
-# spread over the workers).
-# On 2 cores one thread beats threads below about 300 images, and threads beat worker
-# processes up to about 11,000.
-IN_PROCESS_FIXED_S = 1.64
-IN_PROCESS_MS_PER_IMAGE = 1.27
-THREADS_FIXED_S = 1.73
-THREADS_MS_PER_IMAGE = 0.97
-WORKERS_FIXED_S = 3.34
-WORKERS_CPU_MS_PER_IMAGE = 1.66
+# thread; on 2 worker threads (wall time per image on that many threads: it is not divided
+# by the cores below, as the model has not been measured on more); with 2 worker processes
+# (CPU per image, spread over the workers).
+# On 2 cores one thread beats threads below about 170 images, and threads beat worker
+# processes up to about 50,000.
+IN_PROCESS_FIXED_S = 1.83
+IN_PROCESS_MS_PER_IMAGE = 1.16
+THREADS_FIXED_S = 1.90
+THREADS_MS_PER_IMAGE = 0.74
+WORKERS_FIXED_S = 3.72
+WORKERS_CPU_MS_PER_IMAGE = 1.41
 
 
 @dataclass(frozen=True)
