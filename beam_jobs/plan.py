@@ -25,7 +25,7 @@ from apache_beam.io.filesystems import FileSystems
 
 from beam_jobs import fs
 from beam_jobs.config import ShardConfig
-from beam_jobs.splits import SPLIT_NAMES, assign_split, hash_fraction
+from beam_jobs.splits import SPLIT_NAMES, assign_split, hash_fraction, split_name
 from shardspec.folder import MIN_CLASSES
 from stageconfig import ConfigError, local_path, text_name
 
@@ -227,7 +227,8 @@ def list_manifest(uri: str) -> tuple[list[WorkItem], dict[str, int]]:
                 )
             )
             continue
-        if split and split not in SPLIT_NAMES:
+        split = split_name(split)
+        if split is None:
             items.append(WorkItem(uri=raw_uri, key=raw_uri, label=label, reject="bad_split"))
             continue
         try:

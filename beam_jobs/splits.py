@@ -11,8 +11,24 @@ import hashlib
 from collections.abc import Mapping
 
 SPLIT_NAMES = ("train", "validation", "test")
+# What a manifest's split column may also say, in any case (spreadsheets and other tools'
+# habits): the long forms and the usual short names of the validation split.
+SPLIT_ALIASES = {
+    "training": "train",
+    "val": "validation",
+    "valid": "validation",
+    "dev": "validation",
+    "testing": "test",
+}
 # 2**64 buckets: fine-grained enough that fractions are honoured exactly in expectation.
 _BUCKETS = 2**64
+
+
+def split_name(text: str) -> str | None:
+    """A manifest's split cell as a split name; "" for none given, None for no split."""
+    name = text.strip().lower()
+    name = SPLIT_ALIASES.get(name, name)
+    return name if name in SPLIT_NAMES or not name else None
 
 
 def hash_fraction(key: str) -> float:

@@ -117,6 +117,30 @@ def test_csv_manifest_with_relative_uris_and_split_override(tmp_path):
     assert plan.label_map == {"cat": 0, "dog": 1}
 
 
+def test_a_manifests_split_column_in_any_case_and_the_usual_short_names(tmp_path):
+    """Spreadsheets and other tools write `Train`, `VAL`, `valid`, `dev`: the split they
+    mean, not a dead letter; a split that is none of them still is one."""
+    cells = ["Train", " TEST ", "VAL", "valid", "dev", "Validation", "training", "holdout"]
+    for name in cells:
+        _touch(str(tmp_path / "data" / f"{name.strip()}.jpg"))
+    manifest = tmp_path / "manifest.csv"
+    manifest.write_text(
+        "uri,label,split\n"
+        + "".join(f"data/{name.strip()}.jpg,{i % 2},{name}\n" for i, name in enumerate(cells))
+    )
+    items = {item.key: item for item in build_plan(_config(tmp_path, manifest)).items}
+    assert {key: item.split or item.reject for key, item in items.items()} == {
+        "data/Train.jpg": "train",
+        "data/TEST.jpg": "test",
+        "data/VAL.jpg": "validation",
+        "data/valid.jpg": "validation",
+        "data/dev.jpg": "validation",
+        "data/Validation.jpg": "validation",
+        "data/training.jpg": "train",
+        "data/holdout.jpg": "bad_split",
+    }
+
+
 @pytest.mark.parametrize(
     "header", ["uri,label,split", "uri;label;split", "uri\tlabel\tsplit", " URI , Label ,Split"]
 )
