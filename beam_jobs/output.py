@@ -27,7 +27,7 @@ from beam_jobs.plan import Plan
 from beam_jobs.splits import SPLIT_NAMES
 from shardspec.example import SCHEMA_VERSION
 from shardspec.folder import FolderMetadata
-from shardspec.layout import ERRORS_DIR, METADATA, SUCCESS, shard_name
+from shardspec.layout import COPIES_DIR, ERRORS_DIR, METADATA, SUCCESS, shard_name
 from shardspec.tfrecord import encode_shard
 
 log = logging.getLogger(__name__)
@@ -101,7 +101,12 @@ def _sha256(data: bytes) -> str:
 
 
 def build_metadata(
-    config: ShardConfig, plan: Plan, shard_reports: list[dict], errors: list[dict], runner: str
+    config: ShardConfig,
+    plan: Plan,
+    shard_reports: list[dict],
+    errors: list[dict],
+    runner: str,
+    copies: list[dict] = (),
 ) -> dict:
     splits = {}
     for split in SPLIT_NAMES:
@@ -132,9 +137,20 @@ def build_metadata(
         "num_errors": num_errors,
         "error_fraction": round(error_fraction, 6),
         "errors_by_reason": dict(sorted(Counter(e["reason"] for e in errors).items())),
+        "copies": copies_summary(list(copies)),
         "max_error_fraction": config.max_error_fraction,
         "params": config.to_json(),
         "runner": runner,
+    }
+
+
+def copies_summary(groups: list[dict]) -> dict:
+    """What metadata.json says of FindCopies' rows."""
+    return {
+        "groups": len(groups),
+        "extra_copies": sum(len(g["images"]) - 1 for g in groups),
+        "groups_across_labels": sum(len({i["label"] for i in g["images"]}) > 1 for g in groups),
+        "groups_across_splits": sum(len({i["split"] for i in g["images"]}) > 1 for g in groups),
     }
 
 
@@ -147,7 +163,8 @@ def publish(output: str, staging: str, metadata: dict, *, success: bool) -> None
         name = path.rsplit("/", 1)[-1]
         if name == METADATA or any(name.startswith(f"{s}-") for s in SPLIT_NAMES):
             fs.delete([path])
-    delete_tree(join(output, ERRORS_DIR))
+    for folder in (ERRORS_DIR, COPIES_DIR):
+        delete_tree(join(output, folder))
     for stale in _staging_dirs(output) - {staging.rstrip("/")}:
         delete_tree(stale)
 

@@ -27,7 +27,15 @@ from beam_jobs.config import ConfigError, ShardConfig, add_arguments, config_fro
 from beam_jobs.fs import escape_glob, json_bytes
 from beam_jobs.local_runner import LOCAL_RUNNER, LOCAL_RUNNER_NAMES, choose_local_mode
 from beam_jobs.plan import InputError, WorkItem, build_plan
-from beam_jobs.transforms import ERRORS, FRAGMENTS, ReadImages, WriteJsonLines, WriteShards
+from beam_jobs.transforms import (
+    CONTENT,
+    ERRORS,
+    FRAGMENTS,
+    FindCopies,
+    ReadImages,
+    WriteJsonLines,
+    WriteShards,
+)
 
 log = logging.getLogger("beam_jobs.shard_images")
 
@@ -61,6 +69,24 @@ class ShardResult:
             f"{m['num_errors']} rejected ({m['error_fraction']:.1%}); "
             f"{m['num_classes']} classes; {self.seconds:.1f}s -> {self.output}"
         )
+
+
+def copies_warning(summary: dict, where: str) -> str:
+    """A warning for copies that skew training or its scores; "" when there are none."""
+    problems = []
+    if summary["groups_across_labels"]:
+        problems.append(f"{summary['groups_across_labels']} under two or more labels")
+    if summary["groups_across_splits"]:
+        problems.append(
+            f"{summary['groups_across_splits']} in two or more splits (a model is scored "
+            "on images it trained on)"
+        )
+    if not problems:
+        return ""
+    return (
+        f"{summary['groups']} images are stored more than once ({summary['extra_copies']} "
+        f"extra copies of the same bytes): {'; '.join(problems)}. Each is listed in {where}"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -153,6 +179,12 @@ def build_pipeline(
     results[ERRORS] | "WriteDeadLetters" >> WriteJsonLines(
         out.join(staging, out.ERRORS_DIR, "errors"), key_field="key", num_files=4
     )
+    (
+        results[CONTENT]
+        | "FindCopies" >> FindCopies()
+        | "WriteCopies"
+        >> WriteJsonLines(out.join(staging, out.COPIES_DIR, "copies"), key_field="sha256")
+    )
 
 
 def shard_images(
@@ -216,7 +248,10 @@ def shard_images(
     reports = out.read_json_lines(out.join(staging, "_reports"), "shards*")
     reports = out.complete_shards(staging, plan, reports, config)
     errors = out.read_json_lines(out.join(staging, out.ERRORS_DIR), "*")
-    metadata = out.build_metadata(config, plan, reports, errors, runner)
+    copies = out.read_json_lines(out.join(staging, out.COPIES_DIR), "*")
+    metadata = out.build_metadata(config, plan, reports, errors, runner, copies)
+    if warning := copies_warning(metadata["copies"], out.join(config.output, out.COPIES_DIR)):
+        log.warning("%s", warning)
     within_budget = metadata["error_fraction"] <= config.max_error_fraction
     metadata["status"] = "ok" if within_budget else "failed: too many rejected images"
     if key:

@@ -17,7 +17,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from beam_jobs import fs
-from beam_jobs.images import ImageRejected, prepare_image
+from beam_jobs.images import ImageRejected, PreparedImage, prepare_image
 from beam_jobs.output import write_bytes
 from beam_jobs.plan import WorkItem
 from beam_jobs.splits import hash_fraction
@@ -29,6 +29,8 @@ from stageconfig import text_name
 DEFAULT_MAX_BYTES = 256 << 20
 FRAGMENTS = "fragments"
 ERRORS = "errors"
+# (sha256 of the stored bytes, (key, label, split)) of every stored image, to find copies.
+CONTENT = "content"
 # Inside the staging folder; names starting with "_" are never published.
 FRAGMENTS_DIR = "_fragments"
 
@@ -45,8 +47,8 @@ def error_record(item: WorkItem, reason: str, detail: str = "") -> dict:
 
 def read_record(
     item: WorkItem, max_side: int, max_pixels: int, max_bytes: int = DEFAULT_MAX_BYTES
-) -> tuple[bytes, bool] | dict:
-    """One planned input -> (serialised Example, re-encoded?) or a dead-letter dict."""
+) -> tuple[bytes, PreparedImage] | dict:
+    """One planned input -> (serialised Example, the image stored) or a dead-letter dict."""
     if item.reject:
         return error_record(item, item.reject)
     # Checked again here, not only when listing: a manifest names files the listing never
@@ -76,7 +78,7 @@ def read_record(
         label=item.label_id,
         label_text=item.label,
     )
-    return example, image.reencoded
+    return example, image
 
 
 def chunk_key(item: WorkItem) -> tuple[str, int, int]:
@@ -117,11 +119,12 @@ class ReadChunkFn(beam.DoFn):
                 self.images_failed.inc()
                 yield beam.pvalue.TaggedOutput(ERRORS, outcome)
                 continue
-            example, reencoded = outcome
+            example, image = outcome
             self.images_read.inc()
-            self.images_reencoded.inc(int(reencoded))
+            self.images_reencoded.inc(int(image.reencoded))
             framed.append(frame_record(example))
             per_label[item.label] += 1
+            yield beam.pvalue.TaggedOutput(CONTENT, (image.sha256, (item.key, item.label, split)))
         if shard < 0:  # inputs rejected while planning belong to no shard
             return
         # Rewritten whole by a retried bundle: the same items give the same bytes.
@@ -136,7 +139,8 @@ class ReadChunkFn(beam.DoFn):
 
 
 class ReadImages(beam.PTransform):
-    """WorkItems -> tagged outputs `fragments` (reports of fragment files) and `errors`."""
+    """WorkItems -> tagged outputs `fragments` (reports of fragment files), `errors` and
+    `content` (what each stored image's bytes hash to)."""
 
     def __init__(
         self, directory: str, max_side: int, max_pixels: int, max_bytes: int = DEFAULT_MAX_BYTES
@@ -156,7 +160,7 @@ class ReadImages(beam.PTransform):
             | "ReadAndValidate"
             >> beam.ParDo(
                 ReadChunkFn(self.directory, self.max_side, self.max_pixels, self.max_bytes)
-            ).with_outputs(ERRORS, main=FRAGMENTS)
+            ).with_outputs(ERRORS, CONTENT, main=FRAGMENTS)
         )
 
 
@@ -214,6 +218,34 @@ class WriteShards(beam.PTransform):
             | "GroupByShard" >> beam.GroupByKey()
             | "AssembleShards"
             >> beam.ParDo(AssembleShardFn(self.directory, self.shard_counts, self.compression))
+        )
+
+
+class FindCopies(beam.PTransform):
+    """`content` pairs -> one row per content stored more than once: its sha256 and every
+    (key, label, split) holding it, sorted.
+
+    Copies are kept (they are the user's data) but reported: the same image under two
+    labels is a labelling conflict, and in two splits it is a test image the model trained
+    on, which inflates every score measured on that split. Splits are assigned by path,
+    so a copy at another path lands in any split.
+    """
+
+    def expand(self, content):
+        def copies(element):
+            sha256, holders = element
+            holders = sorted(holders)
+            if len(holders) > 1:
+                yield {
+                    "sha256": sha256,
+                    "images": [
+                        {"key": key, "label": label, "split": split}
+                        for key, label, split in holders
+                    ],
+                }
+
+        return (
+            content | "GroupByContent" >> beam.GroupByKey() | "KeepCopies" >> beam.FlatMap(copies)
         )
 
 

@@ -5,6 +5,8 @@
                                        and sha256 (see beam_jobs/output.py)
 <output>/{split}-{i:05d}-of-{n:05d}.tfrecord[.gz]
 <output>/errors/                       dead letters, one JSON object per line
+<output>/copies/                       images stored more than once (same bytes), one
+                                       JSON object per content
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 SUCCESS = "_SUCCESS"
 METADATA = "metadata.json"
 ERRORS_DIR = "errors"
+COPIES_DIR = "copies"
 
 COMPRESSIONS = ("gzip", "none")
 # What the writer uses by default and what a reader assumes when metadata.json

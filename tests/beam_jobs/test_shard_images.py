@@ -145,7 +145,9 @@ def test_rerun_with_other_shard_count_replaces_output_cleanly(sample_images, tmp
     shard_files = [n for n in names if n.endswith(".tfrecord")]
     assert all("-of-00002" in n for n in shard_files)
     assert len(shard_files) == 6
-    assert names == sorted([*shard_files, "_SUCCESS", "_config.json", "errors", "metadata.json"])
+    assert names == sorted(
+        [*shard_files, "_SUCCESS", "_config.json", "copies", "errors", "metadata.json"]
+    )
     assert json.loads((output / "_config.json").read_text())["num_shards"] == 2
     assert first["num_records"] == second["num_records"]
     for split in ("train", "validation", "test"):
@@ -215,6 +217,52 @@ def test_manifest_input(sample_images, tmp_path):
     assert metadata["splits"]["train"]["num_records"] == (len(rows) + 1) // 2
     assert metadata["splits"]["validation"]["num_records"] == len(rows) // 2
     assert metadata["splits"]["test"]["num_records"] == 0
+
+
+def test_copies_across_labels_and_splits_are_reported_and_kept(sample_images, tmp_path, caplog):
+    """A test image that is also a training image (under another name) inflates every
+    score on the test split; one under two labels is a labelling conflict."""
+    keys = sorted(_good_images(sample_images))
+    rows = [
+        {"uri": os.path.join(sample_images, key), "label": key.split("/")[0], "split": "train"}
+        for key in keys
+    ]
+    rows.append({"uri": "copy.jpg", "label": "other", "split": "test"})
+    pathlib.Path(tmp_path / "copy.jpg").write_bytes(_bytes(rows[0]["uri"]))
+    manifest = tmp_path / "manifest.jsonl"
+    manifest.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    output = tmp_path / "shards"
+    with caplog.at_level("WARNING", logger="beam_jobs.shard_images"):
+        assert (
+            shard_images.run(["--input", str(manifest), "--output", str(output), *IN_PROCESS]) == 0
+        )
+    metadata = _json(output / "metadata.json")
+    assert metadata["num_records"] == len(rows)  # kept: copies are the user's data
+    assert metadata["copies"] == {
+        "groups": 1,
+        "extra_copies": 1,
+        "groups_across_labels": 1,
+        "groups_across_splits": 1,
+    }
+    [line] = [
+        json.loads(x)
+        for f in sorted(output.glob("copies/*"))
+        for x in f.read_text().split("\n")
+        if x
+    ]
+    assert [i["key"] for i in line["images"]] == sorted([rows[0]["uri"], "copy.jpg"])
+    assert {i["split"] for i in line["images"]} == {"train", "test"}
+    assert "1 under two or more labels; 1 in two or more splits" in caplog.text
+
+    manifest.write_text("".join(json.dumps(r) + "\n" for r in rows[:-1]))  # rerun, no copy
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="beam_jobs.shard_images"):
+        assert (
+            shard_images.run(["--input", str(manifest), "--output", str(output), *IN_PROCESS]) == 0
+        )
+    assert _json(output / "metadata.json")["copies"]["groups"] == 0
+    assert all(f.read_text() == "" for f in output.glob("copies/*"))
+    assert "stored more than once" not in caplog.text
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:

@@ -1,3 +1,4 @@
+import hashlib
 import io
 import json
 
@@ -9,8 +10,10 @@ from PIL import Image
 
 from beam_jobs.plan import WorkItem
 from beam_jobs.transforms import (
+    CONTENT,
     ERRORS,
     FRAGMENTS,
+    FindCopies,
     ReadImages,
     WriteShards,
     fragment_path,
@@ -76,12 +79,44 @@ def test_read_images_routes_good_and_bad_files(tmp_path):
     )
 
 
+def test_copies_are_found_by_content_whatever_their_names(tmp_path):
+    """The same bytes at two paths are one content; ReadImages says what each stored
+    image hashes to, FindCopies keeps only contents stored more than once."""
+    one, other = tmp_path / "one.jpg", tmp_path / "other.jpg"
+    _jpeg(one)
+    _jpeg(other, size=(10, 20))
+    (tmp_path / "copy.jpg").write_bytes(one.read_bytes())
+    items = [
+        _item(one, "cat/one.jpg"),
+        _item(other, "cat/other.jpg"),
+        _item(tmp_path / "copy.jpg", "dog/copy.jpg", label="dog"),
+    ]
+    digest = hashlib.sha256(one.read_bytes()).hexdigest()
+    with TestPipeline() as p:
+        results = p | beam.Create(items) | ReadImages(str(tmp_path), max_side=0, max_pixels=10**6)
+        copies = results[CONTENT] | FindCopies()
+        assert_that(
+            copies,
+            equal_to(
+                [
+                    {
+                        "sha256": digest,
+                        "images": [
+                            {"key": "cat/one.jpg", "label": "cat", "split": "train"},
+                            {"key": "dog/copy.jpg", "label": "dog", "split": "train"},
+                        ],
+                    }
+                ]
+            ),
+        )
+
+
 def test_read_record_builds_the_shared_example(tmp_path):
     path = tmp_path / "a.jpg"
     data = _jpeg(path, size=(30, 12))
-    serialized, reencoded = read_record(_item(path, "cat/a.jpg"), 0, 10**6)
+    serialized, image = read_record(_item(path, "cat/a.jpg"), 0, 10**6)
     parsed = features.parse_example(tf.constant(serialized))
-    assert not reencoded
+    assert not image.reencoded and image.sha256 == hashlib.sha256(data).hexdigest()
     assert parsed[features.IMAGE_ENCODED].numpy() == data
     assert parsed[features.IMAGE_WIDTH].numpy() == 30
     assert parsed[features.IMAGE_HEIGHT].numpy() == 12
