@@ -83,6 +83,8 @@ def validate_shards(
         "records_per_split": per_split,
         "num_classes": len(folder.label_map),
         "error_fraction": folder.error_fraction,
+        # Images stored more than once (outputs written before copies were counted: None).
+        "copies": folder.raw.get("copies"),
     }
 
 

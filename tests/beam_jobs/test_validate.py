@@ -17,6 +17,7 @@ def test_complete_shards_pass_with_a_summary(trainable_shards):
     summary = validate_shards(trainable_shards, max_error_fraction=0.05, min_train_shards=2)
     assert summary["num_classes"] == 4
     assert sum(summary["records_per_split"].values()) == summary["num_records"] == 480
+    assert summary["copies"]["groups"] == 0  # the sample has no image twice
 
 
 def test_corrupted_shard_is_reported_by_name(shards_copy):
