@@ -36,6 +36,7 @@ from beam_jobs.transforms import (
     WriteJsonLines,
     WriteShards,
 )
+from shardspec.layout import CONFIG
 
 log = logging.getLogger("beam_jobs.shard_images")
 
@@ -229,7 +230,7 @@ def shard_images(
     # The effective parameters beside the output from the start (metadata.json repeats them
     # at the end): a running or killed job says what it was asked to do.
     out.write_bytes(
-        out.join(config.output, "_config.json"),
+        out.join(config.output, CONFIG),
         json_bytes(config.to_json(), indent=2),
     )
     staging = out.new_staging_dir(config.output)

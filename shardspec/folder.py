@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from shardspec.example import SCHEMA_VERSION
-from shardspec.layout import COMPRESSIONS, DEFAULT_COMPRESSION, METADATA, SUCCESS
+from shardspec.layout import COMPRESSIONS, CONFIG, DEFAULT_COMPRESSION, METADATA, SUCCESS
 
 # A classifier of one class is always right and learns nothing; the usual cause is an
 # --input one folder above the class folders (everything under it becomes one label).
@@ -207,8 +207,14 @@ def check_folder(
     directory = directory.rstrip("/")
     if not files.exists(directory) and not files.exists(posixpath.join(directory, METADATA)):
         return None, ["shard directory does not exist"]
+    marked = [files.exists(posixpath.join(directory, name)) for name in (SUCCESS, METADATA, CONFIG)]
+    if not any(marked):  # not even started there: a folder of images, a run folder, ...
+        return None, [
+            f"not a shard folder (no {SUCCESS}, {METADATA} or {CONFIG}): give the folder the "
+            "sharding job wrote (its --output)"
+        ]
     problems: list[str] = []
-    if not files.exists(posixpath.join(directory, SUCCESS)):
+    if not marked[0]:
         problems.append(
             f"no {SUCCESS} marker: the sharding job did not finish there (still running, "
             "failed or killed); rerun it"

@@ -1,5 +1,6 @@
 """The shard folder's layout: file names, the completion marker, compression.
 
+<output>/_config.json                  the job's parameters, written when it starts
 <output>/_SUCCESS                      written last; readers trust nothing without it
 <output>/metadata.json                 schema version, label map, every shard's size
                                        and sha256 (see beam_jobs/output.py)
@@ -12,6 +13,7 @@
 from __future__ import annotations
 
 SUCCESS = "_SUCCESS"
+CONFIG = "_config.json"
 METADATA = "metadata.json"
 ERRORS_DIR = "errors"
 COPIES_DIR = "copies"

@@ -37,6 +37,26 @@ def test_beam_and_tensorflow_readers_find_the_same_problems(broken):
     assert "2 train shard(s) for 4 workers" in text
 
 
+def test_a_folder_the_sharding_job_never_wrote_is_named_as_such(tmp_path):
+    """--data pointed at the raw images (or a run folder) is not "a job that did not
+    finish": say what the folder is not, through every reader."""
+    from beam_jobs.validate import BEAM_FILES
+    from training.shards import GFILE
+
+    (tmp_path / "cat").mkdir()
+    (tmp_path / "cat" / "1.jpg").write_bytes(b"x")
+    for files in (LOCAL, BEAM_FILES, GFILE):
+        assert check_folder(str(tmp_path), files) == (
+            None,
+            [
+                "not a shard folder (no _SUCCESS, metadata.json or _config.json): give the "
+                "folder the sharding job wrote (its --output)"
+            ],
+        )
+    (tmp_path / "_config.json").write_text("{}")  # started there, never finished
+    assert "no _SUCCESS marker" in check_folder(str(tmp_path), LOCAL)[1][0]
+
+
 def test_a_complete_folder_has_no_problems_and_typed_metadata(trainable_shards):
     metadata, problems = check_folder(trainable_shards, LOCAL, max_error_fraction=0.0)
     assert problems == []
