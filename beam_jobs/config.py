@@ -50,7 +50,8 @@ class ShardConfig:
         section="Data",
     )
     output: str = param(
-        help="Output folder (local or gs://). Replaced as a whole by each run; "
+        help="Output folder (local or gs://): new, empty, or an earlier output of this job "
+        "(a folder holding other files is refused). Replaced as a whole by each run; "
         "readers must wait for its _SUCCESS marker",
         section="Data",
     )

@@ -23,11 +23,11 @@ from apache_beam.io.filesystems import FileSystems
 from beam_jobs import fs
 from beam_jobs.config import ShardConfig
 from beam_jobs.fs import files_under, json_bytes
-from beam_jobs.plan import Plan
+from beam_jobs.plan import InputError, Plan
 from beam_jobs.splits import SPLIT_NAMES
 from shardspec.example import SCHEMA_VERSION
 from shardspec.folder import FolderMetadata
-from shardspec.layout import COPIES_DIR, ERRORS_DIR, METADATA, SUCCESS, shard_name
+from shardspec.layout import CONFIG, COPIES_DIR, ERRORS_DIR, METADATA, SUCCESS, shard_name
 from shardspec.tfrecord import encode_shard
 
 log = logging.getLogger(__name__)
@@ -41,6 +41,24 @@ def join(*parts: str) -> str:
 
 def new_staging_dir(output: str) -> str:
     return join(output, f"{STAGING_PREFIX}{uuid.uuid4().hex[:12]}")
+
+
+def check_output_is_ours(output: str) -> None:
+    """Refuse an output folder that holds files this job did not write: each run replaces
+    the shards, errors/ and copies/ there, and would delete a user's `test-plan.txt` or
+    `errors/` along with them."""
+    output = output.rstrip("/")
+    tops = {path[len(output) + 1 :].split("/", 1)[0] for path in files_under(output)}
+    if not tops or tops & {CONFIG, METADATA, SUCCESS}:
+        return  # new, empty, or written by this job before (finished or not)
+    if all(name.startswith(STAGING_PREFIX) for name in tops):
+        return  # a run killed before it wrote anything else
+    shown = ", ".join(sorted(tops)[:3]) + (", ..." if len(tops) > 3 else "")
+    raise InputError(
+        f"--output {output} holds other files ({shown}) and is not a shard folder (no "
+        f"{CONFIG} or {METADATA}): each run replaces the shards and errors/ there, so give "
+        "a new or empty folder"
+    )
 
 
 def invalidate(output: str) -> None:

@@ -201,6 +201,7 @@ def shard_images(
     # Listing, staging and publishing run in this process, outside the pipeline: give
     # Beam's filesystems the same options (credentials, project) the workers get.
     FileSystems.set_options(options)
+    out.check_output_is_ours(config.output)
     plan = build_plan(config)
     key = cache.fingerprint(config, plan) if config.cache_dir else ""
     if key and not config.force_reshard:

@@ -256,6 +256,34 @@ def test_an_output_that_is_a_file_exits_2_in_one_line(tmp_path, sample_images, m
     assert "Traceback" not in done.stderr
 
 
+def test_an_output_holding_other_files_is_refused_and_left_as_it_was(
+    tmp_path, sample_images, capsys
+):
+    """Each run replaces the shards, errors/ and copies/ in its output (by name): pointed at
+    a folder of the user's, it deleted `test-plan.txt` and `errors/`. Refused, untouched."""
+    theirs = tmp_path / "project"
+    (theirs / "errors").mkdir(parents=True)
+    files = {"test-plan.txt": "mine", "errors/build.log": "mine", "notes.md": "mine"}
+    for name, text in files.items():
+        (theirs / name).write_text(text)
+    assert _run(sample_images, theirs) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"error: --output {theirs} holds other files (errors, notes.md, test-plan.txt) and "
+        "is not a shard folder (no _config.json or metadata.json): each run replaces the "
+        "shards and errors/ there, so give a new or empty folder"
+    )
+    assert sorted(str(p.relative_to(theirs)) for p in theirs.rglob("*") if p.is_file()) == sorted(
+        files
+    )
+    # What the job wrote itself it replaces, as before: a rerun, and a killed run's leftovers.
+    ours = tmp_path / "shards"
+    assert _run(sample_images, ours) == 0 and _run(sample_images, ours) == 0
+    killed = tmp_path / "killed"
+    (killed / "_staging-0123456789ab" / "_plan").mkdir(parents=True)
+    (killed / "_staging-0123456789ab" / "_plan" / "inputs.jsonl").write_text("")
+    assert _run(sample_images, killed) == 0
+
+
 @pytest.mark.parametrize("module", ["beam_jobs.shard_images", "training.train"])
 def test_an_output_name_that_is_not_utf8_exits_2_in_one_line(tmp_path, sample_images, module):
     """Beam's pipeline graph and TensorFlow's file API hold paths as UTF-8 text; a
