@@ -207,14 +207,16 @@ def check_folder(
     directory = directory.rstrip("/")
     if not files.exists(directory) and not files.exists(posixpath.join(directory, METADATA)):
         return None, ["shard directory does not exist"]
-    marked = [files.exists(posixpath.join(directory, name)) for name in (SUCCESS, METADATA, CONFIG)]
-    if not any(marked):  # not even started there: a folder of images, a run folder, ...
+    finished, described, started = (
+        files.exists(posixpath.join(directory, name)) for name in (SUCCESS, METADATA, CONFIG)
+    )
+    if not (finished or described or started):  # a folder of images, a run folder, ...
         return None, [
             f"not a shard folder (no {SUCCESS}, {METADATA} or {CONFIG}): give the folder the "
             "sharding job wrote (its --output)"
         ]
     problems: list[str] = []
-    if not marked[0]:
+    if not finished:
         problems.append(
             f"no {SUCCESS} marker: the sharding job did not finish there (still running, "
             "failed or killed); rerun it"
