@@ -9,6 +9,7 @@ the same verdict and the same words for every problem. Reads `_SUCCESS`,
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import posixpath
@@ -159,6 +160,20 @@ class FolderMetadata:
             max_side=max_side,
             raw=raw,
         )
+
+    @property
+    def content_id(self) -> str:
+        """Names what the shards hold (each shard's sha256, records and split, the label
+        map), whatever folder they sit in: two folders share it only when a reader would
+        read the same records from them."""
+        digest = hashlib.sha256()
+        digest.update(json.dumps(sorted(self.label_map.items())).encode())
+        for name in sorted(self.splits):
+            for shard in self.splits[name].shards:
+                digest.update(
+                    f"\n{name}\t{shard.file}\t{shard.num_records}\t{shard.sha256}".encode()
+                )
+        return digest.hexdigest()[:16]
 
     def shard_root(self, directory: str) -> str:
         """Where the shard files are: here, or the folder a reused output points at."""

@@ -20,6 +20,7 @@ __all__ = [
     "add_arguments",
     "config_from_args",
     "parse_input_service",
+    "resume_conflicts",
     "scaled_learning_rate",
 ]
 
@@ -41,6 +42,38 @@ def scaled_learning_rate(learning_rate: float, global_batch: int) -> float:
     noise shrinks with the square root of the batch, so a linear rule, right for SGD,
     would overshoot when many workers make the global batch large."""
     return learning_rate * (global_batch / REFERENCE_BATCH) ** 0.5
+
+
+# What a run's checkpoints depend on (its weights, optimizer state and input position),
+# as the trainer records them in its config.json: a run resumes only with these unchanged.
+# --epochs may change (the run goes on to the new end), as may how the input is served.
+RESUME_KEYS = (
+    "shards_content",
+    "num_classes",
+    "architecture",
+    "image_size",
+    "batch_norm",
+    "num_workers",
+    "per_replica_batch_size",
+    "steps_per_epoch",
+    "learning_rate",
+    "seed",
+    "shuffle_buffer",
+    "augment",
+    "mixed_precision",
+    "synthetic_input",
+)
+
+
+def resume_conflicts(saved: dict, now: dict) -> list[str]:
+    """Why a run folder's checkpoints cannot go on under `now`, as `key saved -> now`
+    texts (empty: they can). `saved` is the run's config.json; a key it does not hold
+    (written by an older trainer) is not compared."""
+    return [
+        f"{key} {saved[key]!r} -> {now[key]!r}"
+        for key in RESUME_KEYS
+        if key in saved and saved[key] != now.get(key)
+    ]
 
 
 CLUSTER_INPUT_SERVICE = "cluster"  # the TF_CONFIG cluster's `ps` task (Vertex AI's pool 2)

@@ -35,6 +35,7 @@ from training.config import (
     ConfigError,
     TrainConfig,
     parse_input_service,
+    resume_conflicts,
     scaled_learning_rate,
 )
 from training.data import InputOptions, build_dataset, cache_choice, synthetic_dataset
@@ -540,11 +541,8 @@ class Trainer:
                 writer.flush()
         return history
 
-    def _write_config(self) -> None:
-        """The effective parameters, beside the run's outputs from its start (not only in
-        the exported model's metadata), so a run in progress or killed says what it ran."""
-        tf.io.gfile.makedirs(self.config.output)
-        effective = {
+    def effective_config(self) -> dict:
+        return {
             **self.config.to_json(),
             "num_workers": self.cluster.num_workers,
             "replicas": self.strategy.num_replicas_in_sync,
@@ -552,9 +550,41 @@ class Trainer:
             "scaled_learning_rate": self.learning_rate,
             "steps_per_epoch": self.steps_per_epoch,
             "total_steps": self.total_steps,
+            "num_classes": self.shards.num_classes,
+            "shards_content": self.shards.folder.content_id,
         }
+
+    def _write_config(self) -> None:
+        """The effective parameters, beside the run's outputs from its start (not only in
+        the exported model's metadata), so a run in progress or killed says what it ran."""
+        tf.io.gfile.makedirs(self.config.output)
         with tf.io.gfile.GFile(posixpath.join(self.config.output, CONFIG), "w") as handle:
-            json.dump(effective, handle, indent=2)
+            json.dump(self.effective_config(), handle, indent=2)
+
+    def check_resumable(self) -> None:
+        """Checkpoints in --output resume only the run that wrote them: under other
+        parameters (another model, data, batch or worker count) restoring them failed
+        with a traceback pages long, or silently went on with another recipe."""
+        output = self.config.output
+        if not tf.train.latest_checkpoint(posixpath.join(output, CHECKPOINTS)):
+            return
+        saved = None
+        try:
+            with tf.io.gfile.GFile(posixpath.join(output, CONFIG)) as handle:
+                saved = json.load(handle)
+        except (tf.errors.NotFoundError, ValueError):
+            pass
+        if not isinstance(saved, dict) or "total_steps" not in saved:
+            raise ConfigError(
+                f"--output {output} holds {CHECKPOINTS}/ without the {CONFIG} this trainer "
+                "writes beside its checkpoints: give another --output"
+            )
+        if conflicts := resume_conflicts(saved, self.effective_config()):
+            raise ConfigError(
+                f"--output {output} holds a run with other parameters "
+                f"({'; '.join(conflicts)}): its checkpoints resume only the same run; give "
+                "another --output to train anew, or the run's parameters to resume it"
+            )
 
     def _load_history(self) -> list[dict]:
         path = posixpath.join(self.config.output, METRICS)
@@ -650,6 +680,7 @@ def run(config: TrainConfig) -> int:
     try:
         shard_set = ShardSet.open(config.data)
         trainer = Trainer(config, cluster, strategy, shard_set)
+        trainer.check_resumable()
     except (ShardError, ConfigError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -93,3 +93,21 @@ def test_a_reused_output_whose_target_changed_is_refused(trainable_shards, tmp_p
         f"reuses the shards in {trainable_shards}, which were replaced or removed since "
         "(rerun the sharding job with --force-reshard)"
     ]
+
+
+def test_content_id_names_the_records_not_the_folder(trainable_shards, tmp_path):
+    """A copy of the shards elsewhere is the same data; another shard or label map is not."""
+    raw = json.loads((Path(trainable_shards) / "metadata.json").read_text())
+    original = FolderMetadata.from_json(raw).content_id
+    moved = shutil.copytree(trainable_shards, tmp_path / "moved")
+    assert (
+        FolderMetadata.from_json(json.loads((moved / "metadata.json").read_text())).content_id
+        == original
+    )
+
+    changed_shard = json.loads(json.dumps(raw))
+    changed_shard["splits"]["train"]["shards"][0]["sha256"] = "0" * 64
+    relabelled = json.loads(json.dumps(raw))
+    relabelled["label_map"] = {f"x{name}": index for name, index in raw["label_map"].items()}
+    ids = {FolderMetadata.from_json(doc).content_id for doc in (changed_shard, relabelled)}
+    assert original not in ids and len(ids) == 2

@@ -18,7 +18,7 @@ import tensorflow as tf
 
 from beam_jobs import sample_data
 from training import train
-from training.config import TrainConfig
+from training.config import TrainConfig, resume_conflicts
 from training.distribute import ClusterInfo
 from training.export import EXTRA_DIR, LABELS_FILE
 from training.shards import ShardError, ShardSet
@@ -310,3 +310,55 @@ def test_steps_per_call_keeps_checkpoints_on_their_exact_steps(trainable_shards,
     assert all(
         0 < e["train_loss"] < 10 and 0 <= e["train_accuracy"] <= 1 for e in metrics["epochs"]
     )
+
+
+def _train(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "training.train", "--steps-per-epoch", "2",
+         "--per-replica-batch-size", "8", "--image-size", "32", *args],
+        capture_output=True, text=True, timeout=600,
+        env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"},
+    )  # fmt: skip
+
+
+def test_checkpoints_resume_only_the_run_that_wrote_them(trainable_shards, tmp_path):
+    """Rerun into the same --output: more epochs go on from the checkpoint; another model
+    (or data, batch, workers) is one line and exit 2 before anything changes (it was a
+    traceback pages long, or a silent mix of two recipes); checkpoints beside no config
+    of ours are refused."""
+    output = tmp_path / "run"
+    common = ("--data", trainable_shards, "--output", str(output))
+    first = _train(*common, "--epochs", "1")
+    assert first.returncode == 0, first.stderr[-3000:]
+    checkpoints = sorted(os.listdir(output / "checkpoints"))
+    config = (output / "config.json").read_text()
+
+    other = _train(*common, "--epochs", "1", "--architecture", "mobilenet_v3_small")
+    assert other.returncode == 2, other.stderr[-3000:]
+    assert "Traceback" not in other.stderr
+    (line,) = [x for x in other.stderr.splitlines() if x.startswith("error: ")]
+    assert f"--output {output} holds a run with other parameters" in line
+    assert "architecture 'small_cnn' -> 'mobilenet_v3_small'" in line
+    assert sorted(os.listdir(output / "checkpoints")) == checkpoints
+    assert (output / "config.json").read_text() == config
+
+    longer = _train(*common, "--epochs", "2")
+    assert longer.returncode == 0, longer.stderr[-3000:]
+    result = json.loads(longer.stdout.strip().splitlines()[-1])
+    assert (result["resumed_from_step"], result["metrics"]["step"]) == (2, 4)
+
+    (output / "config.json").unlink()
+    foreign = _train(*common, "--epochs", "3")
+    assert foreign.returncode == 2, foreign.stderr[-3000:]
+    assert "holds checkpoints/ without the config.json this trainer writes" in foreign.stderr
+
+
+def test_resume_conflicts_names_each_changed_parameter():
+    saved = {"architecture": "small_cnn", "num_workers": 2, "epochs": 3, "learning_rate": 0.002}
+    assert resume_conflicts(saved, {**saved, "epochs": 30}) == []  # epochs may change
+    assert resume_conflicts(saved, {**saved, "num_workers": 1, "learning_rate": 0.01}) == [
+        "num_workers 2 -> 1",
+        "learning_rate 0.002 -> 0.01",
+    ]
+    # A key an older trainer did not record is not held against the run.
+    assert resume_conflicts({"architecture": "small_cnn"}, {**saved, "num_classes": 4}) == []
