@@ -90,6 +90,33 @@ def copies_warning(summary: dict, where: str) -> str:
     )
 
 
+def untrained_labels_warning(metadata: dict) -> str:
+    """A warning for labels with no train image ("" when every label has one): the model
+    gets an output for them that it never learns (a class of one or two images, or all
+    of its images rejected or assigned to other splits), and their test images count as
+    errors however good the model is."""
+    splits = metadata["splits"]
+    missing = [
+        label for label in metadata["label_map"] if not splits["train"]["per_label"].get(label)
+    ]
+    if not missing:
+        return ""
+    described = []
+    for label in missing[:5]:
+        elsewhere = [
+            f"{split} {splits[split]['per_label'][label]}"
+            for split in splits
+            if splits[split]["per_label"].get(label)
+        ]
+        described.append(f"{label!r} ({', '.join(elsewhere) or 'no image stored'})")
+    more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+    return (
+        f"{len(missing)} of {len(metadata['label_map'])} labels have no train image, so the "
+        f"model cannot learn them: {'; '.join(described)}{more}. Give each class more images "
+        "(splits are drawn per image by --split-fractions) or assign splits in a manifest"
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m beam_jobs.shard_images",
@@ -253,6 +280,8 @@ def shard_images(
     copies = out.read_json_lines(out.join(staging, out.COPIES_DIR), "*")
     metadata = out.build_metadata(config, plan, reports, errors, runner, copies)
     if warning := copies_warning(metadata["copies"], out.join(config.output, out.COPIES_DIR)):
+        log.warning("%s", warning)
+    if warning := untrained_labels_warning(metadata):
         log.warning("%s", warning)
     within_budget = metadata["error_fraction"] <= config.max_error_fraction
     metadata["status"] = "ok" if within_budget else "failed: too many rejected images"

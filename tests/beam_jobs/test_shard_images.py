@@ -219,6 +219,37 @@ def test_manifest_input(sample_images, tmp_path):
     assert metadata["splits"]["test"]["num_records"] == 0
 
 
+def test_a_label_without_train_images_is_warned_about(sample_images, tmp_path, caplog):
+    """A class whose few images all fall into validation or test gets an output the model
+    never learns; the job says which, with where its images went."""
+    keys = sorted(_good_images(sample_images))
+    rows = [
+        {"uri": os.path.join(sample_images, key), "label": key.split("/")[0], "split": "train"}
+        for key in keys
+    ]
+    rows[0].update(label="rare", split="test")
+    rows[1].update(label="rare", split="validation")
+    manifest = tmp_path / "manifest.jsonl"
+    manifest.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with caplog.at_level("WARNING", logger="beam_jobs.shard_images"):
+        assert (
+            shard_images.run(
+                ["--input", str(manifest), "--output", str(tmp_path / "shards"), *IN_PROCESS]
+            )
+            == 0
+        )
+    labels = {row["label"] for row in rows}
+    assert (
+        f"1 of {len(labels)} labels have no train image, so the model cannot learn them: "
+        "'rare' (validation 1, test 1)" in caplog.text
+    )
+    metadata = _json(tmp_path / "shards" / "metadata.json")
+    assert shard_images.untrained_labels_warning(metadata).startswith("1 of")
+    for split in metadata["splits"].values():  # every label in train: nothing to say
+        split["per_label"] = dict.fromkeys(labels, 1)
+    assert shard_images.untrained_labels_warning(metadata) == ""
+
+
 def test_copies_across_labels_and_splits_are_reported_and_kept(sample_images, tmp_path, caplog):
     """A test image that is also a training image (under another name) inflates every
     score on the test split; one under two labels is a labelling conflict."""
