@@ -9,9 +9,9 @@ without a lock a slower publisher can move it back. On local/POSIX
 filesystems the section holds an exclusive `flock` on `<root>/.<model>.lock`
 (beside the model folder, so the folder TensorFlow Serving watches holds only
 versions and LATEST), so concurrent publishers (threads, processes, DAG runs)
-get unique versions and LATEST always names the newest complete model. Publishing the same run again
-is a no-op that returns the version it already got. Object stores (gs://) have
-neither locks nor atomic renames: there, run one publisher per model name (the
+get unique versions and LATEST always names the newest complete model. Publishing the same
+run's same model again is a no-op that returns the version it already got. Object stores
+(gs://) have neither locks nor atomic renames: there, run one publisher per model name (the
 DAG's max_active_runs=1 does).
 """
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import posixpath
@@ -33,9 +34,10 @@ from fsspec.implementations.local import LocalFileSystem
 
 from orchestration.params import MODEL_NAME_PATTERN
 from stageconfig import user_path
+from training.model_files import EXTRA_DIR, METADATA_FILE, WEIGHTS_FINGERPRINT
 
 LATEST = "LATEST"
-PUBLISH_RECORD = posixpath.join("assets.extra", "publish.json")
+PUBLISH_RECORD = posixpath.join(EXTRA_DIR, "publish.json")
 STAGING_PREFIX = ".staging-"
 # A staging folder older than this belongs to a publisher that died mid-copy (a live one
 # renames its folder into place as soon as the copy ends); the next publish removes it.
@@ -157,10 +159,30 @@ def _set_latest(model_home: str, version: int) -> None:
     os.replace(_fs(temporary)[1], _fs(latest)[1])
 
 
-def _published_version(model_home: str, run_id: str) -> int | None:
+def model_identity(model_dir: str) -> str:
+    """Which model a folder holds: the trainer's weights fingerprint (one checkpoint
+    exported twice is one model), else a digest of every file."""
+    metadata = _read_json(posixpath.join(model_dir, EXTRA_DIR, METADATA_FILE)) or {}
+    if metadata.get(WEIGHTS_FINGERPRINT):
+        return f"weights:{metadata[WEIGHTS_FINGERPRINT]}"
+    fs, root = _fs(model_dir)
+    digest = hashlib.sha256()
+    for entry in sorted(fs.find(root)):
+        digest.update(f"{posixpath.relpath(entry, root)}\n".encode())
+        with fs.open(entry, "rb") as handle:
+            while chunk := handle.read(1 << 20):
+                digest.update(chunk)
+    return f"files:{digest.hexdigest()[:16]}"
+
+
+def _published_version(model_home: str, run_id: str, model: str) -> int | None:
+    """The version this run already published of this model: a retried or cleared
+    `publish` returns it. A run whose model changed since (its shards were re-made and
+    it trained anew) publishes a new version. Records from before models were named in
+    them match on the run alone."""
     for version in reversed(_versions(model_home)):
         record = _read_json(posixpath.join(model_home, str(version), PUBLISH_RECORD))
-        if record and record.get("run_id") == run_id:
+        if record and record.get("run_id") == run_id and record.get("model", model) == model:
             return version
     return None
 
@@ -187,9 +209,10 @@ def publish_model(
             "at most 63; no path separators): it would be published outside the model root"
         )
     model_home = posixpath.join(model_root.rstrip("/"), model_name)
+    model = model_identity(model_dir)
     with _publish_lock(model_home):
         _remove_stale_staging(model_home)
-        version = _published_version(model_home, run_id)
+        version = _published_version(model_home, run_id, model)
         if version is not None:
             _set_latest(model_home, version)
             return {
@@ -207,10 +230,13 @@ def publish_model(
     fs.makedirs(posixpath.dirname(record_path), exist_ok=True)
     _write_text(
         record,
-        json.dumps({"run_id": run_id, "source": model_dir, "evaluation": evaluation}, indent=2),
+        json.dumps(
+            {"run_id": run_id, "model": model, "source": model_dir, "evaluation": evaluation},
+            indent=2,
+        ),
     )
     with _publish_lock(model_home):
-        version = _published_version(model_home, run_id)
+        version = _published_version(model_home, run_id, model)
         if version is not None:  # the same run published meanwhile (a concurrent retry)
             _remove_tree(staging)
             return {

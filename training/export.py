@@ -18,10 +18,9 @@ import tensorflow as tf
 from keras.export import ExportArchive
 
 from training import features
+from training.model_files import EXTRA_DIR, LABELS_FILE, METADATA_FILE
 
-EXTRA_DIR = "assets.extra"  # TensorFlow Serving's place for files that travel with a model
-LABELS_FILE = "labels.json"
-METADATA_FILE = "training_metadata.json"
+__all__ = ["EXTRA_DIR", "LABELS_FILE", "METADATA_FILE", "export_serving_model"]
 
 
 def export_serving_model(

@@ -43,6 +43,7 @@ from training.distribute import ClusterInfo, cluster_from_env, make_strategy
 from training.export import export_serving_model
 from training.input_service import start_local, through_service
 from training.model import average_moving_statistics, build_model, moving_statistics
+from training.model_files import WEIGHTS_FINGERPRINT
 from training.shards import ShardError, ShardSet
 from training.worker_env import PREEMPTED_EXIT_CODE
 
@@ -632,6 +633,7 @@ class Trainer:
             },
             "total_steps": self.total_steps,
             "num_workers": self.cluster.num_workers,
+            WEIGHTS_FINGERPRINT: self.weights_fingerprint(),
             "final_metrics": history[-1] if history else None,
             "tensorflow_version": tf.__version__,
             "keras_version": keras.__version__,

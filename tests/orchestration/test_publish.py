@@ -1,3 +1,4 @@
+import json
 import random
 import threading
 import time
@@ -6,6 +7,7 @@ import pytest
 
 from orchestration import publish as publish_module
 from orchestration.publish import LATEST, latest_version, publish_model
+from training.model_files import EXTRA_DIR, METADATA_FILE, WEIGHTS_FINGERPRINT
 
 
 @pytest.fixture
@@ -35,6 +37,30 @@ def test_publishing_the_same_run_again_reuses_its_version(model_dir, tmp_path):
     again = publish_model(model_dir, root, "m", run_id="run-1")
     assert again["version"] == first["version"] and again["reused"]
     assert sorted(p.name for p in (tmp_path / "models" / "m").iterdir()) == ["1", LATEST]
+
+
+def test_a_run_whose_model_changed_publishes_it_as_a_new_version(model_dir, tmp_path):
+    """Its shards re-made and trained anew, a run has another model: returning the version
+    of its old one would publish nothing and report the old model as this run's."""
+    root = str(tmp_path / "models")
+    assert publish_model(model_dir, root, "m", run_id="run-1")["version"] == 1
+    (tmp_path / "export" / "variables" / "variables.index").write_bytes(b"retrained")
+    second = publish_model(model_dir, root, "m", run_id="run-1")
+    assert (second["version"], second["reused"]) == (2, False)
+    assert latest_version(root, "m") == 2
+    assert publish_model(model_dir, root, "m", run_id="run-1")["version"] == 2  # a retry
+
+
+def test_one_checkpoint_exported_twice_is_one_model(model_dir, tmp_path):
+    """A cleared `train` task re-exports a finished run: other graph bytes, same weights."""
+    extra = tmp_path / "export" / EXTRA_DIR
+    extra.mkdir()
+    (extra / METADATA_FILE).write_text(json.dumps({WEIGHTS_FINGERPRINT: "53210f1f1dc023ce"}))
+    root = str(tmp_path / "models")
+    first = publish_model(model_dir, root, "m", run_id="run-1")
+    (tmp_path / "export" / "saved_model.pb").write_bytes(b"graph traced again")
+    again = publish_model(model_dir, root, "m", run_id="run-1")
+    assert (again["version"], again["reused"]) == (first["version"], True)
 
 
 def test_concurrent_publishers_get_unique_versions(model_dir, tmp_path, monkeypatch):
