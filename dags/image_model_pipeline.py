@@ -166,6 +166,10 @@ def image_model_pipeline():
                 )
         except LauncherConfigError as err:
             raise AirflowFailException(str(err)) from None  # a setting to fix, not to retry
+        from orchestration.reuse import discard_stale_training
+
+        if stale := discard_stale_training(paths.train, job.data):
+            print(stale)
         if params["reuse_training"]:
             from orchestration.reuse import find_finished_training, shards_fingerprint
 

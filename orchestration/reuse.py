@@ -17,6 +17,9 @@ from typing import Any
 
 import fsspec
 
+from shardspec.folder import FolderMetadata, MetadataError
+from shardspec.layout import METADATA
+
 
 def _json(fs, path: str) -> dict | None:
     try:
@@ -65,3 +68,32 @@ def find_finished_training(
         if shards_fingerprint(str(config.get("data", ""))) == fingerprint:
             return protocol + train_dir
     return None
+
+
+def discard_stale_training(train_dir: str, shards_dir: str) -> str:
+    """Remove `train_dir` when its checkpoints were trained on other shards than
+    `shards_dir` holds now, and say why ("" when kept: none there, or the same shards).
+
+    Within one DAG run the parameters are fixed, but the shards are not: clearing
+    `shard_images` with its downstream tasks after the images changed re-makes them, and
+    the trainer refuses to resume checkpoints of other data (training/config.py's
+    RESUME_KEYS). A retry of `train` alone finds the same shards and resumes."""
+    fs, path = fsspec.core.url_to_fs(train_dir.rstrip("/"))
+    config = _json(fs, posixpath.join(path, "config.json")) or {}
+    trained_on = config.get("shards_content")
+    if not trained_on:
+        return ""
+    shards_fs, shards_path = fsspec.core.url_to_fs(shards_dir.rstrip("/"))
+    try:
+        now = FolderMetadata.from_json(
+            _json(shards_fs, posixpath.join(shards_path, METADATA))
+        ).content_id
+    except MetadataError:
+        return ""  # the trainer names what is wrong with the shards
+    if now == trained_on:
+        return ""
+    fs.rm(path, recursive=True)
+    return (
+        f"{train_dir} was trained on other shards (content {trained_on}, now {now}: "
+        "shard_images ran again on changed input); removed it to train anew"
+    )

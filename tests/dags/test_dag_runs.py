@@ -5,6 +5,7 @@ import io
 import json
 import random
 import re
+import shutil
 import time
 from pathlib import Path
 
@@ -110,6 +111,8 @@ def test_rest_trigger_with_params_then_clear_one_task(standalone, images, tmp_pa
     assert status == 400, body  # an out-of-bounds Param creates no run
 
     # This test is about the trigger and clear paths, not accuracy: a short run, no gate.
+    # Its own copy of the images: they change before the last clear.
+    images = shutil.copytree(images, tmp_path / "images")
     conf = _conf(
         tmp_path, images, epochs=3, num_workers=1, accuracy_gate=0.0, model_name="rest-model"
     )
@@ -143,6 +146,40 @@ def test_rest_trigger_with_params_then_clear_one_task(standalone, images, tmp_pa
     assert _tree_digest(run_dir / "shards") == shards_before  # upstream untouched
     assert _tree_digest(run_dir / "train" / "model") == model_before
     assert sorted(p.name for p in (tmp_path / "models" / "rest-model").iterdir()) == published
+
+    # New images, and shard_images cleared with everything after it: new shards, and the
+    # train task starts anew on them instead of resuming checkpoints of the old shards
+    # (which the trainer refuses: it failed every try).
+    for label in sample_data.CLASSES:
+        rng = random.Random(f"added:{label}")
+        for index in range(10):
+            sample_data.draw_sample(label, rng, 48, 128).save(images / label / f"added-{index}.jpg")
+    trained_on = json.loads((run_dir / "train" / "config.json").read_text())["shards_content"]
+    records = json.loads((run_dir / "shards" / "metadata.json").read_text())["num_records"]
+    status, body = standalone.request(
+        "POST",
+        f"/api/v2/dags/{DAG_ID}/clearTaskInstances",
+        {
+            "dag_run_id": run_id,
+            "task_ids": ["shard_images"],
+            "include_downstream": True,
+            "dry_run": False,
+            "only_failed": False,
+            "reset_dag_runs": True,
+        },
+    )
+    assert status == 200, body
+    assert "train" in [t["task_id"] for t in body["task_instances"]]
+    time.sleep(2)
+    assert standalone.wait_run(run_id) == "success", standalone.tail()
+    metadata = json.loads((run_dir / "shards" / "metadata.json").read_text())
+    assert metadata["num_records"] == records + 40
+    config = json.loads((run_dir / "train" / "config.json").read_text())
+    assert config["shards_content"] != trained_on
+    assert json.loads((run_dir / "train" / "metrics.json").read_text())["resumed_from_step"] == 0
+    assert sorted(p.name for p in (tmp_path / "models" / "rest-model").iterdir()) == [
+        "1", "2", "LATEST"
+    ]  # fmt: skip
 
 
 def _answer_approval(standalone, run_id: str, choice: str, timeout: float = 600) -> None:

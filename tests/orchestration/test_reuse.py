@@ -1,10 +1,11 @@
 """reuse_training finds a finished run with the same shards content and recipe, only that."""
 
 import json
+from pathlib import Path
 
 import pytest
 
-from orchestration.reuse import find_finished_training
+from orchestration.reuse import discard_stale_training, find_finished_training
 
 FLAGS = {"epochs": 3, "learning_rate": 0.002, "per_replica_batch_size": 32}
 
@@ -50,3 +51,26 @@ def test_the_newest_matching_finished_run_is_reused(tmp_path):
 def test_anything_that_differs_or_is_unfinished_is_not_reused(tmp_path, run, query):
     _run(tmp_path, "manual__2026-12-01", **run)
     assert _find(tmp_path, **query) is None
+
+
+def test_a_train_folder_of_other_shards_is_removed_one_of_these_shards_kept(
+    trainable_shards, tmp_path
+):
+    """shard_images cleared and rerun on changed images: the train task's folder holds
+    checkpoints of the old shards, which the trainer would refuse to resume."""
+    from shardspec.folder import FolderMetadata
+
+    content = FolderMetadata.from_json(
+        json.loads((Path(trainable_shards) / "metadata.json").read_text())
+    ).content_id
+    same, other, fresh = (tmp_path / name for name in ("same", "other", "fresh"))
+    for train, trained_on in ((same, content), (other, "0123456789abcdef")):
+        (train / "checkpoints").mkdir(parents=True)
+        (train / "config.json").write_text(json.dumps({"shards_content": trained_on}))
+
+    assert discard_stale_training(str(same), trainable_shards) == ""
+    assert (same / "checkpoints").is_dir()
+    said = discard_stale_training(str(other), trainable_shards)
+    assert f"content 0123456789abcdef, now {content}" in said and "removed" in said
+    assert not other.exists()
+    assert discard_stale_training(str(fresh), trainable_shards) == ""  # nothing there yet
