@@ -18,18 +18,44 @@ import tensorflow as tf
 from stageconfig import user_path
 from training import features
 from training.gate import EVALUATION, AccuracyGateFailed, check_gate
+from training.model_files import EXTRA_DIR, LABELS_FILE
 from training.shards import ShardError, ShardSet
+
+SPLITS = ("train", "validation", "test")
+
+
+def _model_labels(model_dir: str) -> list[str] | None:
+    path = posixpath.join(model_dir, EXTRA_DIR, LABELS_FILE)
+    if not tf.io.gfile.exists(path):
+        return None  # not exported by this project: its labels are the shards' by trust
+    with tf.io.gfile.GFile(path) as handle:
+        return json.load(handle)
+
+
+def _listed(names: list[str]) -> str:
+    return f"{len(names)}: {', '.join(names[:6])}{', ...' if len(names) > 6 else ''}"
 
 
 def evaluate_saved_model(
     model_dir: str, shards_dir: str, split: str = "test", batch_size: int = 64
 ) -> dict:
+    """`split` test falls back to validation when the shards have no test records."""
     shard_set = ShardSet.open(shards_dir)
-    if not shard_set.num_records(split):
+    if split == "test" and not shard_set.num_records(split):
         split = "validation"  # a dataset without a test split still gets a held-out number
     files = shard_set.files(split)
     if not files or not shard_set.num_records(split):
-        raise ValueError(f"{shards_dir} has no test or validation records to evaluate on")
+        wanted = "test or validation" if split == "validation" else split
+        raise ValueError(f"{shards_dir} has no {wanted} records to evaluate on")
+    names = shard_set.label_names
+    labels = _model_labels(model_dir)
+    if labels is not None and labels != names:
+        # Records carry label ids: under another label map every id means another class,
+        # and the score is a number about nothing (it read 0.000 for a good model).
+        raise ValueError(
+            f"the model's labels ({_listed(labels)}) are not those of {shards_dir} "
+            f"({_listed(names)}): give the shard folder the model was trained on"
+        )
     serve = tf.saved_model.load(model_dir).signatures["serving_default"]
     records = (
         tf.data.TFRecordDataset(files, compression_type=shard_set.compression_type)
@@ -38,7 +64,6 @@ def evaluate_saved_model(
         .batch(batch_size)
     )
     correct, total = Counter(), Counter()
-    names = shard_set.label_names
     confusion = [[0] * len(names) for _ in names]  # [true][predicted]
     for encoded, labels in records:
         predicted = serve(images=encoded)["class_id"].numpy()
@@ -86,7 +111,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--data", required=True, type=user_path, help="Shard folder the model was trained on."
     )
-    parser.add_argument("--split", default="test", help="Split to score (default test).")
+    parser.add_argument(
+        "--split",
+        default="test",
+        choices=SPLITS,
+        help="Split to score (default test; validation when there is no test split).",
+    )
     parser.add_argument(
         "--output", type=user_path, help="Write the evaluation here (evaluation.json)."
     )
@@ -94,6 +124,8 @@ def main(argv: list[str] | None = None) -> int:
         "--accuracy-gate", type=float, default=0.0, help="Exit 1 below this accuracy."
     )
     args = parser.parse_args(argv)
+    if not 0.0 <= args.accuracy_gate <= 1.0:
+        parser.error(f"argument --accuracy-gate: {args.accuracy_gate:g} is not in [0, 1]")
     if not tf.io.gfile.exists(posixpath.join(args.model, "saved_model.pb")):
         print(f"error: no SavedModel at {args.model}", file=sys.stderr)
         return 2

@@ -141,6 +141,31 @@ def test_evaluate_cli_scores_the_exported_model(two_worker_run, trainable_shards
     assert len(re.findall(r"held-out accuracy [\d.]+ on \d+ test images", two_worker_run[1])) == 1
 
 
+def test_evaluate_refuses_shards_of_other_labels_and_bad_flags(
+    two_worker_run, trainable_shards, tmp_path, capsys
+):
+    """Records carry label ids: scored against another label map, a good model read
+    0.000 (or any number) with no word of why."""
+    from training import evaluate
+
+    output, _ = two_worker_run
+    relabelled = shutil.copytree(trainable_shards, tmp_path / "other")
+    metadata = json.loads((relabelled / "metadata.json").read_text())
+    metadata["label_map"] = {f"not-{name}": i for name, i in metadata["label_map"].items()}
+    (relabelled / "metadata.json").write_text(json.dumps(metadata))
+    model = str(output / "model")
+    assert evaluate.main(["--model", model, "--data", str(relabelled)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: the model's labels (4: circle, cross, square, triangle)")
+    assert f"are not those of {relabelled} (4: not-circle," in line
+    for flags in (["--split", "tset"], ["--accuracy-gate", "80"]):
+        with pytest.raises(SystemExit) as exited:
+            evaluate.main(["--model", model, "--data", trainable_shards, *flags])
+        assert exited.value.code == 2
+    assert evaluate.main(["--model", model, "--data", trainable_shards, "--split", "train"]) == 0
+    assert capsys.readouterr().out.startswith("train accuracy ")
+
+
 def test_non_chief_temporary_files_are_cleaned_up(two_worker_run):
     output, _ = two_worker_run
     assert sorted(os.listdir(output)) == [
