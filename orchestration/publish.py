@@ -259,7 +259,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m orchestration.publish",
         description="Publish an exported model as <model-root>/<model-name>/<version>/ and "
-        "move LATEST to it. Publishing the same --run-id again returns its version.",
+        "move LATEST to it. Publishing the same model under the same --run-id again returns "
+        "its version (a retry publishes nothing twice).",
     )
     parser.add_argument(
         "--model", required=True, type=user_path, help="SavedModel folder (RUN_DIR/model)."
