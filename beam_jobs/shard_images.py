@@ -113,7 +113,7 @@ def untrained_labels_warning(metadata: dict) -> str:
     return (
         f"{len(missing)} of {len(metadata['label_map'])} labels have no train image, so the "
         f"model cannot learn them: {'; '.join(described)}{more}. Give each class more images "
-        "(splits are drawn per image by --split-fractions) or assign splits in a manifest"
+        "(each image's split is drawn by --splits) or assign splits in a manifest"
     )
 
 
