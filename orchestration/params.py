@@ -10,11 +10,12 @@ the training workers after sharding has run.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any
 
 from beam_jobs.config import ShardConfig
-from stageconfig import ConfigError, dag_param_fields
+from stageconfig import ConfigError, dag_param_fields, user_path
 from training.config import LaunchConfig, TrainConfig
 
 # DAG Param name -> (stage config, field). Param names are the DAG's public API.
@@ -150,7 +151,15 @@ def dag_params(*, input_uri: str, output_root: str, model_root: str) -> dict[str
 
 
 def check_run(params: Mapping[str, Any]) -> None:
-    """Rules between parameters of different stages; ConfigError with one line."""
+    """Rules between parameters of different stages, and a local input that is not there;
+    ConfigError with one line (the sharding job would find it later, after Beam's start,
+    and its task would be retried for a mistake no retry fixes)."""
+    source = user_path(str(params.get("input_uri") or ""))
+    if source and "://" not in source and not os.path.exists(source):
+        raise ConfigError(
+            f"input_uri {source} does not exist on this Airflow worker: give a folder of "
+            "<label>/<image> files or a .csv/.jsonl manifest (gs:// for a bucket)"
+        )
     max_side, image_size = params.get("max_side", 0), params["image_size"]
     if max_side and max_side < image_size:
         raise ConfigError(

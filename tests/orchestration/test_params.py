@@ -32,8 +32,9 @@ def test_every_param_has_a_section_title_and_description():
         assert fields["title"] and fields["description"], name
 
 
-def test_the_default_run_passes_its_own_checks_and_builds_valid_stage_configs():
-    check_run(DEFAULTS)
+def test_the_default_run_passes_its_own_checks_and_builds_valid_stage_configs(tmp_path):
+    check_run({**DEFAULTS, "input_uri": str(tmp_path)})
+    check_run({**DEFAULTS, "input_uri": "gs://bucket/images"})  # read by the job, not here
     TrainConfig(data="d", output="o", **train_flags(DEFAULTS))
     ShardConfig(input="i", output="o", max_side=DEFAULTS["max_side"])
 
@@ -56,11 +57,13 @@ def test_a_text_field_left_empty_in_the_trigger_form_is_valid_and_means_the_defa
     ("change", "message"),
     [
         ({"max_side": 32, "image_size": 64}, "max_side 32 is below image_size 64"),
+        ({"input_uri": "/no/such/images"}, "input_uri /no/such/images does not exist on this"),
+        ({"input_uri": "file:///no/such/list.csv"}, "input_uri /no/such/list.csv does not"),
     ],
 )
-def test_rules_between_stages_are_checked_before_any_stage(change, message):
+def test_rules_between_stages_are_checked_before_any_stage(change, message, tmp_path):
     with pytest.raises(ConfigError, match=message):
-        check_run({**DEFAULTS, **change})
+        check_run({**DEFAULTS, "input_uri": str(tmp_path), **change})
 
 
 @pytest.mark.parametrize("spelling", ["max_side", "max-side", "--max-side", "min_shards", "runner"])
