@@ -27,7 +27,7 @@ from beam_jobs import fs
 from beam_jobs.config import ShardConfig
 from beam_jobs.splits import SPLIT_NAMES, assign_split, hash_fraction, split_name
 from shardspec.folder import MIN_CLASSES
-from stageconfig import ConfigError, local_path, text_name
+from stageconfig import ConfigError, is_inside, local_path, text_name
 
 log = logging.getLogger(__name__)
 
@@ -124,14 +124,7 @@ def list_folder(root: str) -> tuple[list[WorkItem], dict[str, int]]:
 def check_output_outside_input(input_root: str, output: str) -> None:
     """The job replaces its output as a whole; inside the input it would list its own
     shards as images on the next run, under a label named after the output folder."""
-    if fs.is_remote(input_root) != fs.is_remote(output):
-        return
-    if fs.is_remote(input_root):
-        inside = (output.rstrip("/") + "/").startswith(input_root.rstrip("/") + "/")
-    else:
-        real_input, real_output = os.path.realpath(input_root), os.path.realpath(output)
-        inside = os.path.commonpath([real_input, real_output]) == real_input
-    if inside:
+    if is_inside(output, input_root):
         raise InputError(
             f"--output {output} is inside --input {input_root}: the next run would read its "
             "own shards as images; choose an output folder outside the input"

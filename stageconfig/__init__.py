@@ -185,6 +185,17 @@ def check_output_folder(flag: str, path: str) -> None:
         current = parent
 
 
+def is_inside(path: str, root: str) -> bool:
+    """`path` is `root` or under it: by real path locally (symlinks followed), by name
+    on an object store; a local path is never inside a remote root or the reverse."""
+    if ("://" in path) != ("://" in root):
+        return False
+    if "://" in root:
+        return (path.rstrip("/") + "/").startswith(root.rstrip("/") + "/")
+    real_root, real_path = os.path.realpath(root), os.path.realpath(path)
+    return os.path.commonpath([real_root, real_path]) == real_root
+
+
 def _number(value: float) -> str:
     return str(value) if isinstance(value, int) else f"{value:g}"
 

@@ -234,6 +234,11 @@ class TrainConfig:
         stageconfig.check(self)
         stageconfig.check_output_folder("--output", self.output)
         stageconfig.check_utf8_name("--data", self.data)
+        if self.data and self.output and stageconfig.is_inside(self.output, self.data):
+            raise ConfigError(
+                f"--output {self.output} is inside --data {self.data}: the run's checkpoints "
+                "and model would go among the shards; give an output folder outside them"
+            )
         parse_input_service(self.input_service)
         if self.architecture != "small_cnn" and self.image_size < 32:
             raise ConfigError(f"{self.architecture} needs --image-size >= 32")
