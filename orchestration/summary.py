@@ -14,7 +14,12 @@ import sys
 import fsspec
 
 from orchestration.plots import CONFUSION, CURVES
+from orchestration.publish import LATEST, PUBLISH_RECORD, latest_version
 from stageconfig import user_path
+
+
+class SummaryError(ValueError):
+    """Nothing (readable) is published under that name."""
 
 
 def _read_json(path: str) -> dict | None:
@@ -27,10 +32,17 @@ def _read_json(path: str) -> dict | None:
 
 def summary(model_root: str, model_name: str) -> str:
     home = posixpath.join(model_root.rstrip("/"), model_name)
-    with fsspec.open(posixpath.join(home, "LATEST"), "r") as handle:
-        version = handle.read().strip()
-    published = posixpath.join(home, version)
-    record = _read_json(posixpath.join(published, "assets.extra", "publish.json")) or {}
+    try:
+        version = latest_version(model_root.rstrip("/"), model_name)
+    except ValueError:
+        raise SummaryError(f"{home}/{LATEST} does not hold a version number") from None
+    if version is None:
+        raise SummaryError(f"nothing published under {home} (no {LATEST})")
+    published = posixpath.join(home, str(version))
+    fs, path = fsspec.core.url_to_fs(published)
+    if not fs.isdir(path):
+        raise SummaryError(f"{home}/{LATEST} names version {version}, which is not there")
+    record = _read_json(posixpath.join(published, PUBLISH_RECORD)) or {}
     evaluation = record.get("evaluation") or {}
     train_dir = posixpath.dirname(record.get("source", "").rstrip("/"))
     run_dir = posixpath.dirname(train_dir)
@@ -66,9 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         print(summary(args.model_root, args.model_name))
-    except FileNotFoundError as err:
-        print(f"error: nothing published under {args.model_root}/{args.model_name}: {err}",
-              file=sys.stderr)  # fmt: skip
+    except SummaryError as err:
+        print(f"error: {err}", file=sys.stderr)
         return 2
     return 0
 

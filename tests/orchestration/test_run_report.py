@@ -59,6 +59,21 @@ def test_summary_names_the_model_its_classes_and_where_things_are(tmp_path):
     assert "input: compute-bound" in text
 
 
+def test_summary_says_in_one_line_when_nothing_readable_is_published(tmp_path, capsys):
+    home = tmp_path / "models" / "shapes"
+    cases = [
+        (None, f"nothing published under {home} (no LATEST)"),
+        ("garbage\n", f"{home}/LATEST does not hold a version number"),
+        ("7\n", f"{home}/LATEST names version 7, which is not there"),  # removed by hand
+    ]
+    for latest, message in cases:
+        if latest is not None:
+            home.mkdir(parents=True, exist_ok=True)
+            (home / "LATEST").write_text(latest)
+        assert summary.main(["--model-root", str(tmp_path / "models")]) == 2
+        assert capsys.readouterr().err == f"error: {message}\n"
+
+
 def test_progress_prints_each_task_start_and_end_until_the_run_exits(tmp_path):
     db = tmp_path / "airflow.db"
     with sqlite3.connect(db) as conn:

@@ -66,6 +66,7 @@ def test_remote_launcher_tasks_run_without_tensorflow(tmp_path):
     (train / "evaluation.json").write_text(json.dumps(EVALUATION))
     params = {name: param.value for name, param in PARAMS.items()}
     params["training_launcher"] = "kubernetes"
+    params["input_uri"] = "gs://acme-raw/images"  # as such a deployment reads its images
     proc = subprocess.run(
         [sys.executable, "-c", SCRIPT, str(tmp_path), json.dumps(params)],
         cwd=REPO, capture_output=True, text=True, timeout=300,
