@@ -317,6 +317,8 @@ def build_plan(config: ShardConfig) -> Plan:
         # Shards of one class are valid data, but no classifier trains on them: say so
         # now (validate_shards and the trainer refuse them).
         log.warning("%s", _one_label_message(config, next(iter(label_map))))
+    if not config.label_map and (warning := similar_labels_warning(label_map)):
+        log.warning("%s", warning)  # a --label-map names its classes on purpose
 
     placed: list[WorkItem] = []
     for item in items:
@@ -374,6 +376,25 @@ def _one_label_message(config: ShardConfig, label: str) -> str:
     return (
         f"{config.input} holds one class folder, {label!r}: {needs} (labels are the "
         "folders right under --input: is it one level above the class folders?)"
+    )
+
+
+def similar_labels_warning(label_map: dict[str, int]) -> str:
+    """Labels that differ only in case, spaces, '-' or '_' ("Cat", "cat", "cat "): folders
+    gathered by two people or tools, most likely one class split in two, which the
+    model must then tell apart. Kept (Linux tells them apart; the user decides)."""
+    groups: dict[str, list[str]] = defaultdict(list)
+    for label in label_map:
+        groups["".join(label.casefold().replace("-", " ").replace("_", " ").split())].append(label)
+    similar = [sorted(names) for names in groups.values() if len(names) > 1]
+    if not similar:
+        return ""
+    shown = "; ".join(" and ".join(repr(n) for n in names) for names in sorted(similar)[:5])
+    more = f" and {len(similar) - 5} more" if len(similar) > 5 else ""
+    return (
+        f"labels that differ only in case, spaces, '-' or '_' are separate classes: "
+        f"{shown}{more}. If each pair is one class, give its images one label (move them "
+        "into one folder, or edit the manifest)"
     )
 
 

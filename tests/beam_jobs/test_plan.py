@@ -59,6 +59,32 @@ def test_one_class_folder_is_planned_with_a_warning_that_says_why(tmp_path, capl
     assert caplog.text == ""
 
 
+def test_labels_that_differ_only_in_case_or_spacing_are_warned_about(tmp_path, caplog):
+    """Folders gathered by two people ('Cat', 'cat', 'golden_retriever', 'Golden Retriever')
+    are most likely one class each pair; kept apart, as Linux keeps them, with a warning."""
+    root = tmp_path / "images"
+    for name in ("Cat", "cat", "dog", "golden_retriever", "Golden Retriever", "catdog"):
+        _touch(str(root / name / "1.jpg"))
+    with caplog.at_level("WARNING", logger="beam_jobs.plan"):
+        plan = build_plan(_config(tmp_path, root))
+    assert len(plan.label_map) == 6
+    assert (
+        "labels that differ only in case, spaces, '-' or '_' are separate classes: "
+        "'Cat' and 'cat'; 'Golden Retriever' and 'golden_retriever'. If each pair is one "
+        "class, give its images one label" in caplog.text
+    )
+    label_map = tmp_path / "labels.json"  # named on purpose: nothing to say
+    label_map.write_text(json.dumps({"Cat": 0, "cat": 1}))
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="beam_jobs.plan"):
+        build_plan(_config(tmp_path, root, label_map=str(label_map)))
+    assert "differ only in case" not in caplog.text
+    assert plan_module.similar_labels_warning({"cat": 0, "dog": 1, "c-a-t": 2}).startswith(
+        "labels that differ only"
+    )
+    assert plan_module.similar_labels_warning({"cat": 0, "dog": 1, "cats": 2}) == ""
+
+
 def _train_only_plan(tmp_path, images: int, classes: int, num_shards: int):
     """A plan of `images` files in `classes` folders, all in the train split."""
     root = tmp_path / "images"
