@@ -19,7 +19,10 @@ NAMES = ("input_pipeline", "sharding", "training", "orchestration")
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("--work", type=Path, default=common.REPO / "bench" / ".work")
+    # Absolute: the DAG run it benchmarks refuses relative roots (the worker's cwd is not ours).
+    parser.add_argument(
+        "--work", type=lambda p: Path(p).resolve(), default=common.REPO / "bench" / ".work"
+    )
     parser.add_argument("--results", type=Path, default=common.RESULTS)
     parser.add_argument("--images", type=int, default=3000, help="Dataset size (default 3000).")
     parser.add_argument("--repeats", type=int, default=2, help="Repeats per measurement.")

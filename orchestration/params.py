@@ -151,9 +151,17 @@ def dag_params(*, input_uri: str, output_root: str, model_root: str) -> dict[str
 
 
 def check_run(params: Mapping[str, Any]) -> None:
-    """Rules between parameters of different stages, and a local input that is not there;
-    ConfigError with one line (the sharding job would find it later, after Beam's start,
-    and its task would be retried for a mistake no retry fixes)."""
+    """Rules between parameters of different stages, and local paths that cannot be right
+    (relative, or an input that is not there); ConfigError with one line. The stages would
+    find them later (the sharding job after Beam's start), and their tasks would be
+    retried for a mistake no retry fixes."""
+    for name in ("input_uri", "output_root", "model_root"):
+        path = user_path(str(params.get(name) or ""))
+        if path and "://" not in path and not os.path.isabs(path):
+            raise ConfigError(
+                f"{name} {path!r} is a relative path, which would be taken from wherever the "
+                "Airflow worker runs: give an absolute path, ~/..., or gs://"
+            )
     source = user_path(str(params.get("input_uri") or ""))
     if source and "://" not in source and not os.path.exists(source):
         raise ConfigError(

@@ -1,4 +1,5 @@
 import argparse
+import re
 
 import pytest
 
@@ -32,9 +33,20 @@ def test_every_param_has_a_section_title_and_description():
         assert fields["title"] and fields["description"], name
 
 
+def _roots(tmp_path) -> dict:
+    return {
+        "input_uri": str(tmp_path),
+        "output_root": str(tmp_path / "out"),
+        "model_root": "~/models",
+    }
+
+
 def test_the_default_run_passes_its_own_checks_and_builds_valid_stage_configs(tmp_path):
-    check_run({**DEFAULTS, "input_uri": str(tmp_path)})
-    check_run({**DEFAULTS, "input_uri": "gs://bucket/images"})  # read by the job, not here
+    check_run({**DEFAULTS, **_roots(tmp_path)})
+    # Read by the job, not here.
+    check_run(
+        {**DEFAULTS, "input_uri": "gs://b/in", "output_root": "gs://b/o", "model_root": "gs://b/m"}
+    )
     TrainConfig(data="d", output="o", **train_flags(DEFAULTS))
     ShardConfig(input="i", output="o", max_side=DEFAULTS["max_side"])
 
@@ -59,11 +71,14 @@ def test_a_text_field_left_empty_in_the_trigger_form_is_valid_and_means_the_defa
         ({"max_side": 32, "image_size": 64}, "max_side 32 is below image_size 64"),
         ({"input_uri": "/no/such/images"}, "input_uri /no/such/images does not exist on this"),
         ({"input_uri": "file:///no/such/list.csv"}, "input_uri /no/such/list.csv does not"),
+        ({"output_root": "out"}, "output_root 'out' is a relative path, which would be taken"),
+        ({"model_root": "./models"}, "model_root './models' is a relative path"),
+        ({"input_uri": "images"}, "input_uri 'images' is a relative path"),
     ],
 )
 def test_rules_between_stages_are_checked_before_any_stage(change, message, tmp_path):
-    with pytest.raises(ConfigError, match=message):
-        check_run({**DEFAULTS, "input_uri": str(tmp_path), **change})
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        check_run({**DEFAULTS, **_roots(tmp_path), **change})
 
 
 @pytest.mark.parametrize("spelling", ["max_side", "max-side", "--max-side", "min_shards", "runner"])
