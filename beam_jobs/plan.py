@@ -231,6 +231,11 @@ def list_manifest(uri: str) -> tuple[list[WorkItem], dict[str, int]]:
             continue
         if "://" not in resolved and not resolved.startswith("/"):
             resolved = FileSystems.join(base, resolved)
+        if not _readable_scheme(resolved):
+            items.append(
+                WorkItem(uri=raw_uri, key=raw_uri, label=label, reject="unsupported_scheme")
+            )
+            continue
         if resolved in seen:  # the first row wins, whatever the others' labels say
             items.append(
                 WorkItem(
@@ -248,6 +253,27 @@ def list_manifest(uri: str) -> tuple[list[WorkItem], dict[str, int]]:
         if not entry.problem:  # missing files are dead-lettered when read, not here
             sizes[item.key] = entry.size
     return items, sizes
+
+
+# What a dead letter decided when planning says in its `detail`, where the reason alone
+# does not tell the user what to do.
+REJECT_DETAILS = {
+    "unsupported_scheme": "no file system here reads this scheme (local paths, file:// and "
+    "gs:// are read): download the images and list their local paths",
+    "bad_split": "the split column must say train, validation or test (or training, val, "
+    "valid, dev, testing), in any case, or be empty",
+}
+
+
+def _readable_scheme(uri: str) -> bool:
+    """Beam has a file system for the uri's scheme (http(s) and ftp rows, as public
+    datasets list them, have none: download those images first). Its error at read time
+    told the user to install apache-beam[gcp] for any scheme."""
+    try:
+        FileSystems.get_filesystem(uri)
+    except ValueError:
+        return False
+    return True
 
 
 def _cell(value) -> str:

@@ -19,7 +19,7 @@ from apache_beam.metrics import Metrics
 from beam_jobs import fs
 from beam_jobs.images import ImageRejected, PreparedImage, prepare_image
 from beam_jobs.output import write_bytes
-from beam_jobs.plan import WorkItem
+from beam_jobs.plan import REJECT_DETAILS, WorkItem
 from beam_jobs.splits import hash_fraction
 from shardspec.example import encode_example
 from shardspec.layout import shard_name
@@ -50,7 +50,7 @@ def read_record(
 ) -> tuple[bytes, PreparedImage] | dict:
     """One planned input -> (serialised Example, the image stored) or a dead-letter dict."""
     if item.reject:
-        return error_record(item, item.reject)
+        return error_record(item, item.reject, REJECT_DETAILS.get(item.reject, ""))
     # Checked again here, not only when listing: a manifest names files the listing never
     # saw, and a file can change in between. Only regular files are opened (a FIFO would
     # block forever), and no read is larger than max_bytes (+1, to notice a grown file).

@@ -208,6 +208,31 @@ def test_manifest_labels_bom_and_duplicate_uris(tmp_path):
     assert _stored(tmp_path / "out2") == {"0.jpg": "x", "1.jpg": "y"}
 
 
+def test_manifest_rows_of_a_scheme_nothing_reads_are_dead_lettered_as_such(tmp_path):
+    """Public datasets list their images as http(s) URLs: each such row is
+    `unsupported_scheme` with what to do, not `unreadable` with Beam's advice to install
+    apache-beam[gcp]; a scheme Beam knows (gs://, s3:// without boto3) is read or fails
+    when read."""
+    for i in range(2):
+        _image(tmp_path / f"{i}.jpg", i)
+    manifest = tmp_path / "m.csv"
+    manifest.write_text(
+        "uri,label\n0.jpg,a\n1.jpg,b\nhttps://example.com/2.jpg,a\nftp://host/3.jpg,b\n"
+    )
+    assert _run(manifest, tmp_path / "out", *ALL_REJECTIONS_ALLOWED) == 0
+    assert _stored(tmp_path / "out") == {"0.jpg": "a", "1.jpg": "b"}
+    letters = [
+        json.loads(line)
+        for path in sorted((tmp_path / "out" / "errors").iterdir())
+        for line in path.read_text().splitlines()
+    ]
+    assert sorted((x["key"], x["reason"]) for x in letters) == [
+        ("ftp://host/3.jpg", "unsupported_scheme"),
+        ("https://example.com/2.jpg", "unsupported_scheme"),
+    ]
+    assert all("download the images" in x["detail"] for x in letters)
+
+
 def test_duplicate_uris_give_the_same_shards_every_run(tmp_path):
     for i in range(6):
         _image(tmp_path / f"{i}.jpg", i)
