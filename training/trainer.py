@@ -41,6 +41,7 @@ from training.config import (
 from training.data import InputOptions, build_dataset, cache_choice, synthetic_dataset
 from training.distribute import ClusterInfo, cluster_from_env, make_strategy
 from training.export import export_serving_model
+from training.gate import EVALUATION
 from training.input_service import start_local, through_service
 from training.model import average_moving_statistics, build_model, moving_statistics
 from training.model_files import WEIGHTS_FINGERPRINT
@@ -55,6 +56,8 @@ METRICS = "metrics.json"
 CONFIG = "config.json"
 MODEL = "model"
 WORKER_TMP = "_worker_tmp"
+# Everything a run writes into --output; a run replaces or appends to these by name.
+RUN_FILES = (CONFIG, CHECKPOINTS, MODEL, TENSORBOARD, METRICS, EVALUATION, WORKER_TMP)
 
 
 @dataclass
@@ -563,23 +566,28 @@ class Trainer:
             json.dump(self.effective_config(), handle, indent=2)
 
     def check_resumable(self) -> None:
-        """Checkpoints in --output resume only the run that wrote them: under other
-        parameters (another model, data, batch or worker count) restoring them failed
-        with a traceback pages long, or silently went on with another recipe."""
+        """--output is new, or a run folder of this trainer whose checkpoints a run of the
+        same parameters resumes. Under other parameters (another model, data, batch or
+        worker count) restoring them failed with a traceback pages long, or silently went
+        on with another recipe; in a folder of the user's, a run replaced their `model/`
+        or `config.json` (names any project may hold)."""
         output = self.config.output
-        if not tf.train.latest_checkpoint(posixpath.join(output, CHECKPOINTS)):
-            return
         saved = None
         try:
             with tf.io.gfile.GFile(posixpath.join(output, CONFIG)) as handle:
                 saved = json.load(handle)
         except (tf.errors.NotFoundError, ValueError):
             pass
-        if not isinstance(saved, dict) or "total_steps" not in saved:
-            raise ConfigError(
-                f"--output {output} holds {CHECKPOINTS}/ without the {CONFIG} this trainer "
-                "writes beside its checkpoints: give another --output"
-            )
+        if not isinstance(saved, dict) or "total_steps" not in saved:  # the run writes it first
+            if theirs := [n for n in RUN_FILES if tf.io.gfile.exists(posixpath.join(output, n))]:
+                raise ConfigError(
+                    f"--output {output} holds {', '.join(theirs)} that this trainer did not "
+                    f"write (no {CONFIG} of its run): a run would replace them; give a new or "
+                    "empty folder, or a run folder of this trainer to resume"
+                )
+            return
+        if not tf.train.latest_checkpoint(posixpath.join(output, CHECKPOINTS)):
+            return  # nothing to resume: the run starts anew and rewrites its config
         if conflicts := resume_conflicts(saved, self.effective_config()):
             raise ConfigError(
                 f"--output {output} holds a run with other parameters "

@@ -375,7 +375,31 @@ def test_checkpoints_resume_only_the_run_that_wrote_them(trainable_shards, tmp_p
     (output / "config.json").unlink()
     foreign = _train(*common, "--epochs", "3")
     assert foreign.returncode == 2, foreign.stderr[-3000:]
-    assert "holds checkpoints/ without the config.json this trainer writes" in foreign.stderr
+    assert (
+        f"--output {output} holds checkpoints, model, tensorboard, metrics.json that this "
+        "trainer did not write (no config.json of its run)" in foreign.stderr
+    )
+
+
+def test_a_folder_of_the_users_is_not_overwritten(trainable_shards, tmp_path):
+    """`--output ~/project`, which holds the user's own `model/` package and `config.json`:
+    a run deleted the one when it exported and overwrote the other when it started."""
+    project = tmp_path / "project"
+    (project / "model").mkdir(parents=True)
+    (project / "model" / "__init__.py").write_text("# the user's code\n")
+    (project / "notes.txt").write_text("kept")
+    refused = _train("--data", trainable_shards, "--output", str(project), "--epochs", "1")
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert "Traceback" not in refused.stderr
+    assert f"--output {project} holds model that this trainer did not write" in refused.stderr
+    assert (project / "model" / "__init__.py").read_text() == "# the user's code\n"
+    assert sorted(p.name for p in project.iterdir()) == ["model", "notes.txt"]
+
+    (project / "model" / "__init__.py").unlink()
+    (project / "model").rmdir()  # only files of other names there: the run goes ahead
+    ran = _train("--data", trainable_shards, "--output", str(project), "--epochs", "1")
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert (project / "notes.txt").read_text() == "kept"
 
 
 def test_resume_conflicts_names_each_changed_parameter():
