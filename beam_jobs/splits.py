@@ -10,7 +10,10 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 
-SPLIT_NAMES = ("train", "validation", "test")
+from shardspec.layout import SPLIT_NAMES
+
+__all__ = ["SPLIT_ALIASES", "SPLIT_NAMES", "assign_split", "hash_fraction", "split_name"]
+
 # What a manifest's split column may also say, in any case (spreadsheets and other tools'
 # habits): the long forms and the usual short names of the validation split.
 SPLIT_ALIASES = {

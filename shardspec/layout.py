@@ -18,6 +18,9 @@ METADATA = "metadata.json"
 ERRORS_DIR = "errors"
 COPIES_DIR = "copies"
 
+# The splits a folder holds, in this order (its shard files are named after them).
+SPLIT_NAMES = ("train", "validation", "test")
+
 COMPRESSIONS = ("gzip", "none")
 # What the writer uses by default and what a reader assumes when metadata.json
 # does not say (it always does since schema 1; the fallback is only for safety).

@@ -15,13 +15,12 @@ from collections import Counter
 
 import tensorflow as tf
 
+from shardspec.layout import SPLIT_NAMES
 from stageconfig import user_path
 from training import features
 from training.gate import EVALUATION, AccuracyGateFailed, check_gate
 from training.model_files import EXTRA_DIR, LABELS_FILE
 from training.shards import ShardError, ShardSet
-
-SPLITS = ("train", "validation", "test")
 
 
 def _model_labels(model_dir: str) -> list[str] | None:
@@ -48,12 +47,12 @@ def evaluate_saved_model(
         wanted = "test or validation" if split == "validation" else split
         raise ValueError(f"{shards_dir} has no {wanted} records to evaluate on")
     names = shard_set.label_names
-    labels = _model_labels(model_dir)
-    if labels is not None and labels != names:
+    model_labels = _model_labels(model_dir)
+    if model_labels is not None and model_labels != names:
         # Records carry label ids: under another label map every id means another class,
         # and the score is a number about nothing (it read 0.000 for a good model).
         raise ValueError(
-            f"the model's labels ({_listed(labels)}) are not those of {shards_dir} "
+            f"the model's labels ({_listed(model_labels)}) are not those of {shards_dir} "
             f"({_listed(names)}): give the shard folder the model was trained on"
         )
     serve = tf.saved_model.load(model_dir).signatures["serving_default"]
@@ -114,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--split",
         default="test",
-        choices=SPLITS,
+        choices=SPLIT_NAMES,
         help="Split to score (default test; validation when there is no test split).",
     )
     parser.add_argument(

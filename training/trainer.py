@@ -28,6 +28,7 @@ import keras
 import tensorflow as tf
 
 from shardspec.folder import too_few_classes
+from shardspec.layout import SPLIT_NAMES
 from training import diagnosis
 from training.config import (
     CLUSTER_INPUT_SERVICE,
@@ -635,9 +636,7 @@ class Trainer:
             "label_map": self.shards.folder.label_map,
             "shards": {
                 "directory": self.shards.directory,
-                "num_records": {
-                    s: self.shards.num_records(s) for s in ("train", "validation", "test")
-                },
+                "num_records": {s: self.shards.num_records(s) for s in SPLIT_NAMES},
             },
             "total_steps": self.total_steps,
             "num_workers": self.cluster.num_workers,
