@@ -155,14 +155,17 @@ def check_run(params: Mapping[str, Any]) -> None:
     (relative, or an input that is not there); ConfigError with one line. The stages would
     find them later (the sharding job after Beam's start), and their tasks would be
     retried for a mistake no retry fixes."""
-    for name in ("input_uri", "output_root", "model_root"):
-        path = user_path(str(params.get(name) or ""))
+    paths = {
+        name: user_path(str(params.get(name) or ""))
+        for name in ("input_uri", "output_root", "model_root")
+    }
+    for name, path in paths.items():
         if path and "://" not in path and not os.path.isabs(path):
             raise ConfigError(
                 f"{name} {path!r} is a relative path, which would be taken from wherever the "
                 "Airflow worker runs: give an absolute path, ~/..., or gs://"
             )
-    source = user_path(str(params.get("input_uri") or ""))
+    source = paths["input_uri"]
     if source and "://" not in source and not os.path.exists(source):
         raise ConfigError(
             f"input_uri {source} does not exist on this Airflow worker: give a folder of "
