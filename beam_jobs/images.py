@@ -21,8 +21,11 @@ import hashlib
 import io
 import struct
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
+import numpy as np
 from PIL import Image, ImageOps, PngImagePlugin, UnidentifiedImageError
 
 from shardspec.example import MAX_PIXELS
@@ -57,6 +60,13 @@ JPEG_REENCODE_QUALITY = 95
 PngImagePlugin.MAX_TEXT_CHUNK = 64 << 20
 PngImagePlugin.MAX_TEXT_MEMORY = 128 << 20
 EXIF_ORIENTATION = 0x0112
+# Transparent pixels are composited onto this, in every mode (alpha band, palette alpha,
+# a tRNS colour): TensorFlow's decoders drop alpha with channels=3, which would show
+# whatever colour a transparent pixel happens to hold.
+BACKGROUND = 255
+# The reason for an input whose preparation raised something no check foresaw (a Pillow
+# bug, an odd mode, memory): the input is dead-lettered, the job goes on.
+INTERNAL_ERROR = "internal_error"
 
 
 class ImageRejected(ValueError):
@@ -66,6 +76,26 @@ class ImageRejected(ValueError):
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
         self.detail = detail
+
+
+def internal_error(step: str, err: BaseException) -> ImageRejected:
+    """The rejection for an unforeseen exception while `step` ran on one input."""
+    message = str(err).splitlines()[0][:300] if str(err) else ""
+    return ImageRejected(INTERNAL_ERROR, f"{step}: {type(err).__name__}: {message}".rstrip(": "))
+
+
+@contextmanager
+def step(name: str) -> Iterator[None]:
+    """Turn anything but ImageRejected raised inside into `internal_error` naming `name`.
+
+    The promise is per input: whatever one file makes Pillow (or our own code) raise,
+    memory errors included, costs that file, never the bundle it is in."""
+    try:
+        yield
+    except ImageRejected:
+        raise
+    except Exception as err:
+        raise internal_error(name, err) from err
 
 
 @dataclass(frozen=True)
@@ -81,11 +111,55 @@ class PreparedImage:
 def prepare_image(data: bytes, *, max_side: int = 0, max_pixels: int = MAX_PIXELS) -> PreparedImage:
     """Validate `data` as an image and return what should be stored for it.
 
-    Raises ImageRejected for empty, non-image, truncated or oversized input.
+    Raises ImageRejected, and nothing else: for empty, non-image, truncated or oversized
+    input with its reason, and as `internal_error` (naming the step) for anything else.
     `max_side` > 0 shrinks the image so its longest side is at most that.
     """
     if not data:
         raise ImageRejected("empty_file")
+    with step("probe"):
+        image, source_format = _open(data, max_pixels)
+    with step("decode"):
+        try:
+            image.load()  # full decode: catches truncated and corrupt data
+        except Exception as err:
+            raise _decode_error(err) from None
+
+    changed = False
+    with step("orient"):
+        if _exif_orientation(image) != 1:
+            # Store upright pixels: TensorFlow's decoders ignore EXIF orientation.
+            image, changed = ImageOps.exif_transpose(image), True
+
+    with step("convert"):
+        if image.mode not in PASSTHROUGH_MODES or "transparency" in image.info:
+            image, changed = flatten_to_rgb(image), True
+
+    with step("resize"):
+        if max_side and max(image.size) > max_side:
+            scale = max_side / max(image.size)
+            size = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
+            image, changed = image.resize(size, Image.Resampling.LANCZOS), True
+
+    target_format = ACCEPTED_FORMATS[source_format]
+    with step("check"):
+        if not changed and not _proven(data, source_format):
+            changed = True  # store what Pillow decoded, re-encoded
+
+    with step("encode"):
+        encoded = _encode(image, target_format) if changed else data
+        return PreparedImage(
+            encoded=encoded,
+            image_format=target_format,
+            height=image.height,
+            width=image.width,
+            sha256=hashlib.sha256(encoded).hexdigest(),
+            reencoded=changed,
+        )
+
+
+def _open(data: bytes, max_pixels: int) -> tuple[Image.Image, str]:
+    """The lazily opened image and its format, once its header passes every check."""
     try:
         image = Image.open(io.BytesIO(data))  # the pixel check below decides, not Pillow
     except UnidentifiedImageError:
@@ -110,38 +184,17 @@ def prepare_image(data: bytes, *, max_side: int = 0, max_pixels: int = MAX_PIXEL
             f"{width}x{height} (largest frame {largest} pixels) exceeds the limit of "
             f"{max_pixels} pixels",
         )
+    return image, source_format
 
+
+def _exif_orientation(image: Image.Image) -> int:
+    """The EXIF orientation tag, 1 (as stored) when there is none or the EXIF block is
+    unreadable: a broken block is metadata, and the pixels are still good (TensorFlow
+    never reads EXIF), so it costs the rotation, not the image."""
     try:
-        image.load()  # full decode: catches truncated and corrupt data
-    except Exception as err:
-        raise _decode_error(err) from None
-
-    changed = False
-    if image.getexif().get(EXIF_ORIENTATION, 1) != 1:
-        # Store upright pixels: TensorFlow's decoders ignore EXIF orientation.
-        image, changed = ImageOps.exif_transpose(image), True
-
-    if image.mode not in PASSTHROUGH_MODES:
-        image, changed = _to_rgb(image), True
-
-    if max_side and max(image.size) > max_side:
-        scale = max_side / max(image.size)
-        size = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
-        image, changed = image.resize(size, Image.Resampling.LANCZOS), True
-
-    target_format = ACCEPTED_FORMATS[source_format]
-    if not changed and not _proven(data, source_format):
-        changed = True  # store what Pillow decoded, re-encoded
-
-    encoded = _encode(image, target_format) if changed else data
-    return PreparedImage(
-        encoded=encoded,
-        image_format=target_format,
-        height=image.height,
-        width=image.width,
-        sha256=hashlib.sha256(encoded).hexdigest(),
-        reencoded=changed,
-    )
+        return int(image.getexif().get(EXIF_ORIENTATION, 1))
+    except (SyntaxError, ValueError, TypeError, OSError, struct.error):
+        return 1
 
 
 def _proven(data: bytes, source_format: str) -> bool:
@@ -194,20 +247,81 @@ def _decode_error(err: Exception) -> ImageRejected:
     return ImageRejected("decode_failed", detail)
 
 
-def _to_rgb(image: Image.Image) -> Image.Image:
-    """Flatten alpha onto white, expand palettes, reduce 16-bit, convert CMYK."""
-    if image.mode in ("I;16", "I;16B", "I;16L", "I"):
-        # 16/32-bit grayscale: scale to 8 bits instead of clipping.
-        image = image.point(lambda value: value / 256).convert("L")
-        return image
-    if image.mode == "P" and "transparency" in image.info:
-        image = image.convert("RGBA")
-    if image.mode in ("RGBA", "LA", "PA"):
-        rgba = image.convert("RGBA")
-        background = Image.new("RGB", rgba.size, (255, 255, 255))
-        background.paste(rgba, mask=rgba.getchannel("A"))
-        return background
-    return image.convert("RGB")
+# Modes whose one band is a grey level, and how to bring it to 8 bits: 16-bit samples
+# are scaled (not clipped), as is 32-bit "I" (what 16-bit PNGs opened as in older
+# Pillows); "F" is clipped to 0..255, as Pillow's own conversion does.
+_GREY_SCALE = {
+    "1": None,
+    "L": None,
+    "I": 256,
+    "I;16": 256,
+    "I;16L": 256,
+    "I;16B": 256,
+    "I;16N": 256,
+    "F": 1,
+}
+# Modes with an alpha band, and the straight-alpha mode each converts to.
+_WITH_ALPHA = {"RGBA": "RGBA", "LA": "LA", "PA": "RGBA", "La": "LA", "RGBa": "RGBA"}
+
+
+def flatten_to_rgb(image: Image.Image) -> Image.Image:
+    """Any mode -> an 8-bit "L" or "RGB" image with no transparency left in it.
+
+    Transparency in every form Pillow reports it (an alpha band, premultiplied or not;
+    palette alpha, as bytes or one index; a tRNS grey level or RGB colour) becomes a
+    composite onto white (BACKGROUND). A `transparency` entry that means nothing for the
+    mode (a tuple on a palette, bytes on grey) is ignored, as decoders ignore it.
+    """
+    alpha = _alpha(image)
+    if image.mode in _WITH_ALPHA:
+        opaque = image.convert(_WITH_ALPHA[image.mode]).convert(
+            "L" if _WITH_ALPHA[image.mode] == "LA" else "RGB"
+        )
+    elif image.mode in _GREY_SCALE:
+        opaque = _grey_to_8bit(image)
+    elif "transparency" in image.info:  # P or RGB: `alpha` has it; Pillow would apply it
+        plain = image.copy()
+        del plain.info["transparency"]
+        opaque = plain.convert("RGB")
+    else:  # P, RGB, CMYK, YCbCr, LAB, HSV
+        opaque = image.convert("RGB")
+    # A new image, so nothing of the source's info (its `transparency`) is saved with it.
+    flat = Image.new(
+        opaque.mode, opaque.size, BACKGROUND if opaque.mode == "L" else (BACKGROUND,) * 3
+    )
+    flat.paste(opaque, mask=alpha)
+    return flat
+
+
+def _alpha(image: Image.Image) -> Image.Image | None:
+    """The image's opacity as an "L" mask (255 opaque), or None when all is opaque."""
+    mode = image.mode
+    if mode in _WITH_ALPHA:
+        return image.convert(_WITH_ALPHA[mode]).getchannel("A")
+    transparency = image.info.get("transparency")
+    if mode == "P":
+        palette_alpha = image.palette is not None and image.palette.mode == "RGBA"
+        if isinstance(transparency, int | bytes) or palette_alpha:
+            return image.convert("RGBA").getchannel("A")
+        return None
+    if transparency is None:
+        return None
+    pixels = np.asarray(image)
+    if mode in _GREY_SCALE and isinstance(transparency, int | float):
+        clear = pixels == (bool(transparency) if mode == "1" else transparency)
+    elif mode == "RGB" and isinstance(transparency, tuple) and len(transparency) == 3:
+        clear = (pixels == np.asarray(transparency, dtype=pixels.dtype)).all(axis=-1)
+    else:
+        return None
+    return Image.fromarray(np.where(clear, 0, 255).astype(np.uint8), "L")
+
+
+def _grey_to_8bit(image: Image.Image) -> Image.Image:
+    divisor = _GREY_SCALE[image.mode]
+    if divisor is None:  # "1", "L"
+        return image.convert("L")
+    pixels = np.asarray(image).astype(np.float64) / divisor
+    return Image.fromarray(np.clip(np.rint(pixels), 0, 255).astype(np.uint8), "L")
 
 
 def _encode(image: Image.Image, image_format: str) -> bytes:

@@ -6,15 +6,23 @@ Runs on Beam's local runner (one thread, a thread per core or a worker process
 per core, by input size and cores: beam_jobs/local_runner.py) unless a `--runner` is given;
 `--runner DataflowRunner --project ... --region ... --temp_location gs://...`
 (or Flink/Spark with their usual options) runs the same pipeline elsewhere.
-Exit codes: 0 done, 1 too many rejected images, 2 bad parameters or input.
+Exit codes (stageconfig/exit_codes.py): 0 done; 1 too many inputs rejected, or none
+stored; 2 bad flags or input (one line); 3 the job itself failed (one line naming the
+stage and the log file holding the traceback).
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import logging
+import os
 import sys
+import tempfile
 import time
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import apache_beam as beam
@@ -25,6 +33,7 @@ from beam_jobs import cache
 from beam_jobs import output as out
 from beam_jobs.config import ConfigError, ShardConfig, add_arguments, config_from_args
 from beam_jobs.fs import escape_glob, json_bytes
+from beam_jobs.images import INTERNAL_ERROR
 from beam_jobs.local_runner import LOCAL_RUNNER, LOCAL_RUNNER_NAMES, choose_local_mode
 from beam_jobs.plan import InputError, WorkItem, build_plan
 from beam_jobs.transforms import (
@@ -37,12 +46,39 @@ from beam_jobs.transforms import (
     WriteShards,
 )
 from shardspec.layout import CONFIG
+from stageconfig import exit_codes
 
 log = logging.getLogger("beam_jobs.shard_images")
 
+EXIT_CODES_HELP = (
+    "Exit codes: 0 done; 1 more inputs rejected than --max-error-fraction allows, or none "
+    "stored (errors/ lists each); 2 bad flags or input; 3 the job itself failed (the "
+    "output file system, the runner): one line names the stage and the log file."
+)
+
 
 class ErrorBudgetExceeded(RuntimeError):
-    """More inputs were rejected than --max-error-fraction allows."""
+    """More inputs were rejected than --max-error-fraction allows, or none was stored."""
+
+
+class JobFailed(RuntimeError):
+    """The job failed for a reason that concerns no single input (exit 3, retryable)."""
+
+    def __init__(self, stage: str, cause: BaseException):
+        first_line = (str(cause).splitlines() or [""])[0][:500]
+        super().__init__(f"{stage}: {type(cause).__name__}: {first_line}")
+        self.stage = stage
+
+
+@contextmanager
+def _stage(name: str) -> Iterator[None]:
+    """Name the stage an unexpected exception came from; the user's errors pass through."""
+    try:
+        yield
+    except (InputError, ErrorBudgetExceeded, JobFailed):
+        raise
+    except Exception as err:
+        raise JobFailed(name, err) from err
 
 
 @dataclass(frozen=True)
@@ -127,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
         "FnApiRunner runs it in the mode measured fastest for the input's size and the "
         "machine's cores (one thread, a thread per core, or a worker process per core); "
         "--direct_running_mode/--direct_num_workers override that.",
+        epilog=EXIT_CODES_HELP,
     )
     add_arguments(parser)
     return parser
@@ -228,52 +265,81 @@ def shard_images(
     # Listing, staging and publishing run in this process, outside the pipeline: give
     # Beam's filesystems the same options (credentials, project) the workers get.
     FileSystems.set_options(options)
-    out.check_output_is_ours(config.output)
-    plan = build_plan(config)
-    key = cache.fingerprint(config, plan) if config.cache_dir else ""
-    if key and not config.force_reshard:
-        found = cache.lookup(config.cache_dir, key)
-        if found:
-            source, metadata = found
-            # The error budget is not part of the fingerprint (it does not change the
-            # records): a reused output must still be within this run's budget.
-            if metadata["error_fraction"] > config.max_error_fraction:
-                raise ErrorBudgetExceeded(
-                    f"the unchanged inputs were sharded before with {metadata['num_errors']} "
-                    f"of {metadata['num_inputs']} rejected ({metadata['error_fraction']:.1%} > "
-                    f"--max-error-fraction {config.max_error_fraction:.1%}); by reason: "
-                    f"{metadata['errors_by_reason']}. See {out.join(source, out.ERRORS_DIR)}."
-                )
-            if source.rstrip("/") != config.output.rstrip("/"):
-                out.publish(
-                    config.output,
-                    out.new_staging_dir(config.output),  # nothing staged: only the pointer
-                    {**metadata, "location": source},
-                    success=True,
-                )
-            result = ShardResult(config.output, metadata, time.monotonic() - started, source)
-            log.info("%s", result.summary())
-            return result
+    with _stage("checking the output folder"):
+        out.check_output_is_ours(config.output)
+    with _stage("planning"):
+        plan = build_plan(config)
+    with _stage("looking up the shard cache"):
+        key = cache.fingerprint(config, plan) if config.cache_dir else ""
+        found = cache.lookup(config.cache_dir, key) if key and not config.force_reshard else None
+    if found:
+        with _stage("reusing cached shards"):
+            return _reuse(config, found, started)
+    with _stage("staging"):
+        staging = _stage_plan(config, plan)
+    try:
+        with _stage("running the pipeline"):
+            _run_pipeline(config, options, plan, staging, choose_local)
+        with _stage("publishing"):
+            metadata = _publish(config, plan, staging, key, describe_runner(options))
+    except JobFailed:
+        _remove_staging(staging)
+        raise
+    result = ShardResult(config.output, metadata, time.monotonic() - started)
+    _raise_unless_within_budget(config, metadata)
+    return result
+
+
+def _reuse(config: ShardConfig, found: tuple[str, dict], started: float) -> ShardResult:
+    source, metadata = found
+    # The error budget is not part of the fingerprint (it does not change the
+    # records): a reused output must still be within this run's budget.
+    if metadata["error_fraction"] > config.max_error_fraction:
+        raise ErrorBudgetExceeded(
+            f"the unchanged inputs were sharded before with {metadata['num_errors']} "
+            f"of {metadata['num_inputs']} rejected ({metadata['error_fraction']:.1%} > "
+            f"--max-error-fraction {config.max_error_fraction:.1%}); by reason: "
+            f"{metadata['errors_by_reason']}. See {out.join(source, out.ERRORS_DIR)}."
+        )
+    if source.rstrip("/") != config.output.rstrip("/"):
+        out.publish(
+            config.output,
+            out.new_staging_dir(config.output),  # nothing staged: only the pointer
+            {**metadata, "location": source},
+            success=True,
+        )
+    result = ShardResult(config.output, metadata, time.monotonic() - started, source)
+    log.info("%s", result.summary())
+    return result
+
+
+def _stage_plan(config: ShardConfig, plan) -> str:
+    """Untrust the output, record the parameters, write the plan; -> the staging folder."""
     out.invalidate(config.output)
     # The effective parameters beside the output from the start (metadata.json repeats them
     # at the end): a running or killed job says what it was asked to do.
-    out.write_bytes(
-        out.join(config.output, CONFIG),
-        json_bytes(config.to_json(), indent=2),
-    )
+    out.write_bytes(out.join(config.output, CONFIG), json_bytes(config.to_json(), indent=2))
     staging = out.new_staging_dir(config.output)
     plan_path = out.join(staging, "_plan", "inputs.jsonl")
     out.write_bytes(plan_path, "".join(i.to_json() + "\n" for i in plan.items).encode())
+    return staging
 
+
+def _run_pipeline(
+    config: ShardConfig, options: PipelineOptions, plan, staging: str, choose_local: bool
+) -> None:
     if choose_local and options.view_as(StandardOptions).runner == LOCAL_RUNNER:
         mode = choose_local_mode(plan.num_inputs)
         direct = options.view_as(DirectOptions)
         direct.direct_running_mode, direct.direct_num_workers = mode.running_mode, mode.workers
-    runner = describe_runner(options)
-    log.info("running the sharding pipeline on %s (staging %s)", runner, staging)
+    log.info("running the sharding pipeline on %s (staging %s)", describe_runner(options), staging)
+    plan_path = out.join(staging, "_plan", "inputs.jsonl")
     with beam.Pipeline(options=options) as pipeline:
         build_pipeline(pipeline, config, plan_path, staging, plan.shard_counts)
 
+
+def _publish(config: ShardConfig, plan, staging: str, key: str, runner: str) -> dict:
+    """The staged run -> metadata.json, and the shards with `_SUCCESS` when within budget."""
     reports = out.read_json_lines(out.join(staging, "_reports"), "shards*")
     reports = out.complete_shards(staging, plan, reports, config)
     errors = out.read_json_lines(out.join(staging, out.ERRORS_DIR), "*")
@@ -283,25 +349,61 @@ def shard_images(
         log.warning("%s", warning)
     if warning := untrained_labels_warning(metadata):
         log.warning("%s", warning)
-    within_budget = metadata["error_fraction"] <= config.max_error_fraction
+    if internal := metadata["errors_by_reason"].get(INTERNAL_ERROR):
+        log.warning(
+            "%d inputs failed with an unexpected error (internal_error) and were dead-lettered; "
+            "each is listed with the step and the exception in %s",
+            internal,
+            out.join(config.output, out.ERRORS_DIR),
+        )
+    within_budget = _budget_problem(config, metadata) == ""
     metadata["status"] = "ok" if within_budget else "failed: too many rejected images"
     if key:
         metadata["fingerprint"] = key
     out.publish(config.output, staging, metadata, success=within_budget)
     if key and within_budget:
         cache.record(config.cache_dir, key, config.output)
-    result = ShardResult(config.output, metadata, time.monotonic() - started)
-    if not within_budget:
-        raise ErrorBudgetExceeded(
+    return metadata
+
+
+def _budget_problem(config: ShardConfig, metadata: dict) -> str:
+    """Why this output must not be trained on ("" when it may): too many inputs rejected,
+    or none stored, whatever the budget allows."""
+    by_reason = ", ".join(
+        f"{reason} {count}"
+        for reason, count in sorted(metadata["errors_by_reason"].items(), key=lambda rc: -rc[1])
+    )
+    where = out.join(config.output, out.ERRORS_DIR)
+    if metadata["num_records"] == 0:
+        return (
+            f"no image was stored: all {metadata['num_inputs']} inputs were rejected (by "
+            f"reason: {by_reason}). See {where} for each file; no _SUCCESS written."
+        )
+    if metadata["error_fraction"] > config.max_error_fraction:
+        return (
             f"{metadata['num_errors']} of {metadata['num_inputs']} inputs were rejected "
             f"({metadata['error_fraction']:.1%} > --max-error-fraction "
-            f"{config.max_error_fraction:.1%}); by reason: {metadata['errors_by_reason']}. "
-            f"See {out.join(config.output, out.ERRORS_DIR)} for each file; no _SUCCESS written."
+            f"{config.max_error_fraction:.1%}); by reason: {by_reason}. "
+            f"See {where} for each file; no _SUCCESS written."
         )
-    return result
+    return ""
+
+
+def _raise_unless_within_budget(config: ShardConfig, metadata: dict) -> None:
+    if problem := _budget_problem(config, metadata):
+        raise ErrorBudgetExceeded(problem)
+
+
+def _remove_staging(staging: str) -> None:
+    """Best effort: the next run removes what is left of it anyway."""
+    try:
+        out.delete_tree(staging)
+    except Exception as err:
+        log.warning("could not remove %s (the next run will): %s", staging, err)
 
 
 def run(argv: list[str] | None = None) -> int:
+    """The CLI: flags -> a sharded output; returns the exit code (see EXIT_CODES_HELP)."""
     parser = build_parser()
     args, beam_args = parser.parse_known_args(argv)
     try:
@@ -309,16 +411,75 @@ def run(argv: list[str] | None = None) -> int:
         options = pipeline_options(beam_args)
     except ConfigError as err:
         parser.error(str(err))  # exits 2 with the usage line
-    try:
-        result = shard_images(config, options, choose_local=not sets_local_parallelism(beam_args))
-    except InputError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except ErrorBudgetExceeded as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+    with _run_log() as run_log:
+        try:
+            result = shard_images(
+                config, options, choose_local=not sets_local_parallelism(beam_args)
+            )
+        except InputError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return exit_codes.BAD_INPUT
+        except ErrorBudgetExceeded as err:
+            print(f"error: {err}", file=sys.stderr)
+            return exit_codes.TOO_MANY_REJECTED
+        except JobFailed as err:
+            run_log.keep(err)
+            print(
+                f"error: the sharding job failed while {err} (not one input: those are "
+                f"dead-lettered); traceback and log: {run_log.path}",
+                file=sys.stderr,
+            )
+            return exit_codes.JOB_FAILED
     print(result.summary())
-    return 0
+    return exit_codes.OK
+
+
+class _RunLog:
+    """Every log record of one run, tracebacks included, in a local file that is kept
+    only when the job fails: the terminal gets one line per problem, the file the rest."""
+
+    def __init__(self):
+        stamp = dt.datetime.now().strftime("%Y%m%dT%H%M%S")
+        name = f"imagepipe-shard_images-{stamp}-{os.getpid()}.log"
+        self.path = os.path.join(tempfile.gettempdir(), name)
+        self.kept = False
+        self.handler = logging.FileHandler(self.path, delay=True, encoding="utf-8")
+        self.handler.setFormatter(
+            logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+        )
+        self.handler.setLevel(logging.INFO)
+
+    def keep(self, err: BaseException) -> None:
+        """Keep the file, ending with the failure's whole traceback."""
+        self.kept = True
+        self.handler.flush()
+        with open(self.path, "a", encoding="utf-8") as file:
+            file.write("the sharding job failed:\n")
+            file.write("".join(traceback.format_exception(err)))
+
+
+@contextmanager
+def _run_log() -> Iterator[_RunLog]:
+    run_log = _RunLog()
+    root = logging.getLogger()
+    root.addHandler(run_log.handler)
+    try:
+        yield run_log
+    finally:
+        root.removeHandler(run_log.handler)
+        run_log.handler.close()
+        if not run_log.kept and os.path.exists(run_log.path):
+            os.remove(run_log.path)
+
+
+class _OneLineFormatter(logging.Formatter):
+    """A record's first line, without its traceback (which goes to the run's log file)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        plain = logging.makeLogRecord(
+            {**record.__dict__, "exc_info": None, "exc_text": None, "stack_info": None}
+        )
+        return (super().format(plain).splitlines() or [""])[0]
 
 
 # What every worker process of Beam's local runner reports at start (relayed through the
@@ -338,7 +499,7 @@ def configure_logging() -> None:
 
     Airflow's Beam operator logs a job's stdout as info and its stderr as warnings, so
     progress on stderr would read as trouble in the task log."""
-    formatter = logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    formatter = _OneLineFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     progress, problems = logging.StreamHandler(sys.stdout), logging.StreamHandler(sys.stderr)
     progress.addFilter(lambda record: record.levelno < logging.WARNING)
     problems.setLevel(logging.WARNING)

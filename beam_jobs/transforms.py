@@ -1,14 +1,18 @@
 """The sharding job's Beam transforms: read and validate images, write shards.
 
-Failures never raise out of a DoFn: every rejected input leaves through the
-`errors` tagged output with its uri and a reason, so one bad file cannot fail
-a bundle (and, on a distributed runner, the whole job after retries).
+Failures of one input never raise out of a DoFn: every rejected input leaves
+through the `errors` tagged output with its uri and a reason (`internal_error`,
+naming the step, for an exception no check foresaw), so one bad file cannot
+fail a bundle (and, on a distributed runner, the whole job after retries).
+Only what concerns no single input (writing fragments and shards) may raise.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
+import threading
 from collections import Counter
 
 import apache_beam as beam
@@ -17,7 +21,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from beam_jobs import fs
-from beam_jobs.images import ImageRejected, PreparedImage, prepare_image
+from beam_jobs.images import INTERNAL_ERROR, ImageRejected, PreparedImage, prepare_image, step
 from beam_jobs.output import write_bytes
 from beam_jobs.plan import REJECT_DETAILS, WorkItem
 from beam_jobs.splits import hash_fraction
@@ -33,6 +37,12 @@ ERRORS = "errors"
 CONTENT = "content"
 # Inside the staging folder; names starting with "_" are never published.
 FRAGMENTS_DIR = "_fragments"
+# Warning lines per worker process for inputs that failed unexpectedly; errors/ lists all.
+MAX_INTERNAL_ERRORS_LOGGED = 20
+
+log = logging.getLogger(__name__)
+_internal_errors = Counter()
+_internal_errors_lock = threading.Lock()
 
 
 def error_record(item: WorkItem, reason: str, detail: str = "") -> dict:
@@ -48,13 +58,28 @@ def error_record(item: WorkItem, reason: str, detail: str = "") -> dict:
 def read_record(
     item: WorkItem, max_side: int, max_pixels: int, max_bytes: int = DEFAULT_MAX_BYTES
 ) -> tuple[bytes, PreparedImage] | dict:
-    """One planned input -> (serialised Example, the image stored) or a dead-letter dict."""
+    """One planned input -> (serialised Example, the image stored) or a dead-letter dict.
+
+    Never raises for one input: an unforeseen exception becomes `internal_error`."""
+    try:
+        outcome = _read_record(item, max_side, max_pixels, max_bytes)
+    except ImageRejected as rejected:
+        outcome = error_record(item, rejected.reason, rejected.detail)
+    except Exception as err:  # a bug of ours outside every step; still one input's
+        outcome = error_record(item, INTERNAL_ERROR, f"read_record: {type(err).__name__}: {err}")
+    if isinstance(outcome, dict) and outcome["reason"] == INTERNAL_ERROR:
+        _log_internal_error(outcome)
+    return outcome
+
+
+def _read_record(item: WorkItem, max_side: int, max_pixels: int, max_bytes: int):
     if item.reject:
         return error_record(item, item.reject, REJECT_DETAILS.get(item.reject, ""))
     # Checked again here, not only when listing: a manifest names files the listing never
     # saw, and a file can change in between. Only regular files are opened (a FIFO would
     # block forever), and no read is larger than max_bytes (+1, to notice a grown file).
-    entry = fs.check_readable(item.uri, max_bytes)
+    with step("stat"):
+        entry = fs.check_readable(item.uri, max_bytes)
     if entry.problem:
         return error_record(item, entry.problem, entry.detail)
     try:
@@ -64,21 +89,32 @@ def read_record(
         return error_record(item, "unreadable", f"{type(err).__name__}: {err}")
     if len(data) > max_bytes:
         return error_record(item, "file_too_large", f"more than {max_bytes} bytes (--max-file-mb)")
-    try:
-        image = prepare_image(data, max_side=max_side, max_pixels=max_pixels)
-    except ImageRejected as rejected:
-        return error_record(item, rejected.reason, rejected.detail)
-    example = encode_example(
-        encoded=image.encoded,
-        image_format=image.image_format,
-        height=image.height,
-        width=image.width,
-        image_id=item.key,
-        sha256=image.sha256,
-        label=item.label_id,
-        label_text=item.label,
-    )
-    return example, image
+    image = prepare_image(data, max_side=max_side, max_pixels=max_pixels)
+    with step("encode_example"):
+        example = encode_example(
+            encoded=image.encoded,
+            image_format=image.image_format,
+            height=image.height,
+            width=image.width,
+            image_id=item.key,
+            sha256=image.sha256,
+            label=item.label_id,
+            label_text=item.label,
+        )
+        return example, image
+
+
+def _log_internal_error(record: dict) -> None:
+    """One warning line per input, up to a cap per process; the driver gives the total."""
+    with _internal_errors_lock:
+        _internal_errors["seen"] += 1
+        seen = _internal_errors["seen"]
+    if seen <= MAX_INTERNAL_ERRORS_LOGGED:
+        log.warning("dead-lettered %s (internal_error): %s", record["uri"], record["detail"])
+    if seen == MAX_INTERNAL_ERRORS_LOGGED:
+        log.warning(
+            "further inputs that fail unexpectedly are not logged one by one; errors/ lists each"
+        )
 
 
 def chunk_key(item: WorkItem) -> tuple[str, int, int]:

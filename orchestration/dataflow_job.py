@@ -12,18 +12,29 @@ and Dataflow refuses a second active job of the same name in a region, which
 closes the moment between launching and storing the id.
 
 Other runners run inside the task's own process and have nothing to reattach
-to: for them this is Beam's operator unchanged.
+to: for them this is Beam's operator, with the job's exit code honoured
+(stageconfig/exit_codes.py): a job that exits 1 (too many inputs rejected) or
+2 (bad input) fails the task at once with the job's own one-line error, since a
+retry would repeat it; any other failure is retried.
 """
 
 from __future__ import annotations
 
+import re
+
+from airflow.providers.apache.beam.hooks.beam import BeamHook
 from airflow.providers.apache.beam.operators.beam import BeamRunPythonPipelineOperator
 from airflow.providers.google.cloud.hooks.dataflow import DataflowJobStatus
 from airflow.providers.google.cloud.links.dataflow import DataflowJobLink
 from airflow.providers.google.cloud.operators.dataflow import DataflowConfiguration
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from orchestration import lineage
 from orchestration.resumable import RerunnableJobMixin
+from stageconfig import exit_codes
+
+# How Beam's hook reports a pipeline process that exited non-zero.
+_EXIT_CODE = re.compile(r"failed with return code (-?\d+)")
 
 # Draining and cancelling jobs are ending, not working: a retry launches anew.
 ACTIVE_STATES = frozenset(
@@ -36,15 +47,53 @@ ACTIVE_STATES = frozenset(
 )
 
 
+class JobOutputBeamHook(BeamHook):
+    """Beam's hook, keeping the last `error: ...` line the job printed (its one-line
+    reason for exit 1 or 2) for the task's failure message."""
+
+    last_error = ""
+
+    def start_python_pipeline(self, *args, process_line_callback=None, **kwargs):
+        def keep_error_line(line: str) -> None:
+            if line.startswith("error: "):
+                self.last_error = line.strip()[len("error: ") :]
+            if process_line_callback:
+                process_line_callback(line)
+
+        return super().start_python_pipeline(*args, process_line_callback=keep_error_line, **kwargs)
+
+
+def final_failure(err: Exception, last_error: str) -> AirflowFailException | None:
+    """The task's no-retry failure for a job that exited with a final code, else None."""
+    match = _EXIT_CODE.search(str(err))
+    if not match or not exit_codes.is_final(int(match.group(1))):
+        return None
+    code = int(match.group(1))
+    what = "too many inputs rejected" if code == exit_codes.TOO_MANY_REJECTED else "bad input"
+    return AirflowFailException(
+        f"the sharding job exited {code} ({what}; not retried): {last_error or 'see the log above'}"
+    )
+
+
 class ShardImagesOperator(RerunnableJobMixin, BeamRunPythonPipelineOperator):
     external_id_key = "dataflow_job_id"
 
     def execute(self, context):
-        result = super().execute(context)
+        try:
+            result = super().execute(context)
+        except AirflowException as err:
+            if final := final_failure(err, getattr(self.beam_hook, "last_error", "")):
+                raise final from None
+            raise
         lineage.record(
             inputs=[self.pipeline_options["input"]], outputs=[self.pipeline_options["output"]]
         )
         return result
+
+    def _init_pipeline_options(self, *args, **kwargs):
+        options = super()._init_pipeline_options(*args, **kwargs)
+        self.beam_hook = JobOutputBeamHook(runner=self.runner)  # the base sets a plain one
+        return options
 
     def _cast_dataflow_config(self):
         # Beam's operator fills in a default configuration and then warns "dataflow_config is

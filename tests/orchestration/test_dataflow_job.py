@@ -7,6 +7,7 @@ the dict the task runner would hand over.
 """
 
 import logging
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -148,3 +149,37 @@ def test_a_local_run_does_not_warn_about_a_dataflow_config_it_was_not_given(
     logged = caplog.text + capsys.readouterr().out  # Airflow's task logger is structlog
     assert "Task Runner" in logged  # (this test calls execute directly: the logger is seen)
     assert "dataflow_config is defined" not in logged
+
+
+@pytest.mark.parametrize(
+    ("code", "final"), [(1, True), (2, True), (3, False), (-9, False)], ids=str
+)
+def test_the_jobs_exit_code_decides_whether_the_task_is_retried(tmp_path, code, final):
+    """1 (too many rejected) and 2 (bad input) fail at once with the job's own line; a
+    crash (3, or a kill) stays an ordinary failure, which Airflow retries."""
+    from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+    job = tmp_path / "job.py"
+    job.write_text(
+        "import os, sys\n"
+        "print('sharding...')\n"
+        f"print('error: the reason for {code}', file=sys.stderr)\n"
+        f"sys.stdout.flush(); sys.stderr.flush(); os._exit({code} % 256)\n"
+    )
+    operator = ShardImagesOperator(
+        task_id="shard_images",
+        py_file=str(job),
+        py_options=[],
+        py_interpreter=sys.executable,
+        runner="DirectRunner",
+        pipeline_options={"input": "/in", "output": "/out"},
+    )
+    with pytest.raises(AirflowException) as raised:
+        operator.execute({"ti": SimpleNamespace(stats_tags={}, xcom_push=lambda *_: None)})
+    assert isinstance(raised.value, AirflowFailException) == final
+    if final:
+        assert str(raised.value) == (
+            f"the sharding job exited {code} ("
+            + ("too many inputs rejected" if code == 1 else "bad input")
+            + f"; not retried): the reason for {code}"
+        )

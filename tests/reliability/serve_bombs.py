@@ -10,7 +10,7 @@ import sys
 
 import tensorflow as tf
 
-from tests.reliability import hostile
+from tests.reliability import hostile, image_modes
 from training.export import export_serving_model
 from training.model import build_model
 
@@ -44,12 +44,24 @@ for name in (
     except tf.errors.InvalidArgumentError as err:
         outcomes[name] = " ".join(err.message.split())[:600]
 after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+# Every mode x transparency kind a file can store: served, or refused cleanly; any other
+# exception is a crash of the serving function.
+modes = {}
+for name, (data, _) in sorted(image_modes.files().items()):
+    try:
+        answer = serve(images=tf.constant([odd["progressive.jpg"], data]))
+        modes[name] = f"served {answer['probabilities'].shape[0]}"
+    except tf.errors.InvalidArgumentError as err:
+        modes[name] = "refused: " + " ".join(err.message.split())[:300]
+    except Exception as err:
+        modes[name] = f"crash: {type(err).__name__}: {err}"[:300]
 print(
     json.dumps(
         {
             "good_class_names": [n.decode() for n in good["class_name"].numpy()],
             "empty_shapes": {k: list(v.shape) for k, v in empty.items()},
             "outcomes": outcomes,
+            "modes": modes,
             "peak_growth_kb": after - before,
         }
     )

@@ -32,3 +32,13 @@ def test_serving_refuses_bombs_and_garbage_before_decoding(tmp_path):
     assert result["peak_growth_kb"] < 200_000, result["peak_growth_kb"]
     # Unsafe label names are data, served back verbatim.
     assert set(result["good_class_names"]) <= {"a", "../b", "c/d", "ñandú"}
+    # Every stored mode x transparency kind: JPEG, PNG and GIF are served (two answers);
+    # BMP and WebP may be refused (TensorFlow reads 24/32-bit BMPs only, and no WebP), by
+    # the element's index; nothing raises anything else.
+    modes = result["modes"]
+    assert len(modes) > 40
+    for name, outcome in modes.items():
+        if name.endswith((".bmp", ".webp")) and outcome != "served 2":
+            assert outcome.startswith("refused: ") and "images[1]: " in outcome, (name, outcome)
+        else:
+            assert outcome == "served 2", (name, outcome)
