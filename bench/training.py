@@ -5,20 +5,20 @@ model, a per-worker batch held fixed (so 2 workers do twice the images per
 step), each worker pinned to its own core (`--pin-cores`, as `taskset -c i`):
 what 2 workers cost beyond 1 is then the collectives, not two processes
 fighting over the same cores. Speed is the last epoch's images/s from
-`metrics.json` (the first epoch pays for tracing). Input-boundness compares
+the run's metrics (the first epoch pays for tracing). Input-boundness compares
 the real pipeline with `--synthetic-input` (one in-memory batch repeated).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from bench import common
+from runspec.record import RunRecord
 from training.shards import ShardSet
 
 
@@ -71,8 +71,7 @@ def train_once(shards: Path, out: Path, run: Run, *, steps: int, batch_per_worke
     if run.input_service:  # the launcher pins the service to the core after the trainers'
         command.append("--input-service=local:1")
     common.timed(command, cwd=common.REPO, env=common.bench_env())
-    metrics = json.loads((out / "metrics.json").read_text())
-    return metrics["epochs"][-1]["images_per_second"]
+    return RunRecord.read(str(out)).final_metrics["images_per_second"]
 
 
 def run(

@@ -23,6 +23,7 @@ from orchestration.beam_options import dataflow_config, shard_job_options
 from orchestration.dataflow_job import ShardImagesOperator
 from orchestration.params import check_run, dag_params, train_flags
 from orchestration.runs import RunPaths, shard_cache_dir
+from orchestration.train_operator import TrainModelOperator
 from stageconfig import ConfigError, user_path
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -81,7 +82,13 @@ def _shard_options(params, run_id) -> dict:
     max_active_runs=int(os.environ.get("IMAGEPIPE_MAX_ACTIVE_RUNS", "1")),
     params=PARAMS,
     render_template_as_native_obj=True,  # pipeline_options renders to a dict
-    user_defined_macros={"shard_options": _shard_options, "dataflow_config": dataflow_config},
+    user_defined_macros={
+        "shard_options": _shard_options,
+        "dataflow_config": dataflow_config,
+        "run_paths": _paths,
+        "root": _root,
+        "train_flags": train_flags,
+    },
     default_args={"retries": 0},
     tags=["imagepipe"],
     doc_md=__doc__,
@@ -130,72 +137,24 @@ def image_model_pipeline():
         except ShardValidationError as err:
             raise AirflowFailException(str(err)) from None  # retrying cannot fix the data
 
-    @task(
+    train = TrainModelOperator(
+        task_id="train",
+        shards_dir="{{ ti.xcom_pull(task_ids='validate_shards')['shards_dir'] }}",
+        train_dir="{{ run_paths(params, run_id).train }}",
+        output_root="{{ root(params, 'output_root') }}",
+        num_workers="{{ params.num_workers }}",
+        train_flags="{{ train_flags(params) }}",
+        launcher="{{ params.training_launcher }}",
+        launcher_options="{{ params.training_options }}",
+        reuse_training="{{ params.reuse_training }}",
+        job_name="imagepipe-{{ run_id }}",
+        image=TRAINER_IMAGE,
         retries=2,
         retry_delay=dt.timedelta(minutes=1),
         retry_exponential_backoff=True,
         execution_timeout=dt.timedelta(hours=24),
         **TENSORFLOW_QUEUE,
     )
-    def train(shards: dict) -> dict:
-        from orchestration.launchers import (
-            LauncherConfigError,
-            TrainingJob,
-            check_launcher_options,
-            render_kubernetes,
-            render_vertex_custom_job,
-            run_local,
-        )
-        from orchestration.submit import read_training_result, submit_kubernetes, submit_vertex
-
-        context = get_current_context()
-        params, paths = context["params"], _paths(context["params"], context["run_id"])
-        job = TrainingJob(
-            data=shards["shards_dir"],
-            output=paths.train,
-            num_workers=params["num_workers"],
-            train_flags=train_flags(params),
-        )
-        launcher, name = params["training_launcher"], f"imagepipe-{context['run_id']}"
-        try:
-            options = check_launcher_options(launcher, params["training_options"])
-            if launcher == "vertex":
-                project, region = options.pop("project"), options.pop("region")
-                custom_job = render_vertex_custom_job(
-                    job, display_name=name, image=TRAINER_IMAGE, **options
-                )
-        except LauncherConfigError as err:
-            raise AirflowFailException(str(err)) from None  # a setting to fix, not to retry
-        from orchestration.reuse import discard_stale_training
-
-        if stale := discard_stale_training(paths.train, job.data):
-            print(stale)
-        if params["reuse_training"]:
-            from orchestration.reuse import find_finished_training, shards_fingerprint
-
-            reused = find_finished_training(
-                _root(params, "output_root"),
-                fingerprint=shards_fingerprint(shards["shards_dir"]),
-                train_flags=job.train_flags,
-                num_workers=job.num_workers,
-                exclude=paths.train,
-            )
-            if reused:
-                print(f"reuse_training: {reused} trained on the same shards content with the "
-                      "same parameters and finished; not training again")  # fmt: skip
-                result = read_training_result(reused)
-                lineage.record(inputs=[job.data], outputs=[result["model_dir"]])
-                return result
-            print("reuse_training: no finished run matches; training")
-        if launcher == "kubernetes":
-            submit_kubernetes(render_kubernetes(job, name=name, image=TRAINER_IMAGE, **options))
-        elif launcher == "vertex":
-            submit_vertex(custom_job, project=project, region=region, context=context)
-        else:
-            run_local(job, emit=print)
-        result = read_training_result(paths.train)
-        lineage.record(inputs=[job.data], outputs=[result["model_dir"]])
-        return result
 
     @task(retries=1, execution_timeout=dt.timedelta(hours=2), **TENSORFLOW_QUEUE)
     def evaluate(trained: dict) -> dict:
@@ -260,7 +219,8 @@ def image_model_pipeline():
 
     validated = validate_shards()
     check_params() >> shard_images >> validated
-    evaluated = evaluate(train(validated))
+    validated >> train
+    evaluated = evaluate(train.output)
     approve = PublishApprovalOperator(
         task_id="approve_publish",
         subject="Publish {{ params.model_name }} from run {{ run_id }}?",

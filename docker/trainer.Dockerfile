@@ -8,6 +8,7 @@ COPY pyproject.toml README.md constraints.txt ./
 COPY beam_jobs beam_jobs
 COPY training training
 COPY shardspec shardspec
+COPY runspec runspec
 COPY stageconfig stageconfig
 COPY orchestration orchestration
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .

@@ -15,7 +15,8 @@ import posixpath
 
 import fsspec
 
-from training.gate import EVALUATION
+from runspec.layout import EVALUATION
+from runspec.record import read_json
 
 
 class EvaluationMissing(RuntimeError):
@@ -28,14 +29,13 @@ def evaluate_run(launcher: str, *, model_dir: str, shards_dir: str, train_dir: s
 
         return evaluate_saved_model(model_dir, shards_dir)
     path = posixpath.join(train_dir, EVALUATION)
-    try:
-        with fsspec.open(path) as handle:
-            return json.load(handle)
-    except FileNotFoundError:
+    evaluation = read_json(path)
+    if evaluation is None:
         raise EvaluationMissing(
             f"{path} was not written: the {launcher} trainers evaluate the model when run "
             "with --evaluate (train_flags sets it for remote launchers)"
-        ) from None
+        )
+    return evaluation
 
 
 def write_json(document: dict, path: str) -> None:

@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from beam_jobs.config import ShardConfig
+from orchestration.launchers import LAUNCHERS
+from orchestration.publish import MODEL_NAME_PATTERN
 from stageconfig import ConfigError, dag_param_fields, user_path
 from training.config import LaunchConfig, TrainConfig
 
@@ -34,9 +36,7 @@ STAGE_PARAMS: dict[str, tuple[type, str]] = {
 }
 TRAIN_FLAGS = tuple(name for name, (cls, _) in STAGE_PARAMS.items() if cls is TrainConfig)
 
-MODEL_NAME_PATTERN = "^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
 BEAM_RUNNERS = ("DirectRunner", "DataflowRunner", "FlinkRunner", "SparkRunner")
-LAUNCHERS = ("local", "kubernetes", "vertex")
 
 
 def dag_params(*, input_uri: str, output_root: str, model_root: str) -> dict[str, dict]:

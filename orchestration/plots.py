@@ -1,20 +1,19 @@
 """Pictures of a run a person would rather look at than read: training curves and the
 held-out confusion matrix, as PNG beside the run's other outputs.
 
-Written by the DAG's evaluate task from `metrics.json` and `evaluation.json`; needs only
+Written by the DAG's evaluate task from the training run's metrics and its evaluation; needs only
 matplotlib (Agg, no display). Local paths and `gs://` both work (fsspec).
 """
 
 from __future__ import annotations
 
 import io
-import json
 import posixpath
 
 import fsspec
 
-CURVES = "training_curves.png"
-CONFUSION = "confusion_matrix.png"
+from runspec.layout import CONFUSION, CURVES
+from runspec.record import RunFolderError, RunRecord
 
 
 def _pyplot():
@@ -34,10 +33,9 @@ def _save(figure, path: str) -> str:
     return path
 
 
-def training_curves(metrics: dict, path: str) -> str:
+def training_curves(epochs: list[dict], path: str) -> str:
     """Loss and accuracy per epoch, training and validation."""
     plt = _pyplot()
-    epochs = metrics["epochs"]
     x = [e["epoch"] for e in epochs]
     figure, (loss, accuracy) = plt.subplots(1, 2, figsize=(9, 3.4))
     loss.plot(x, [e["train_loss"] for e in epochs], "o-", label="train")
@@ -84,9 +82,10 @@ def confusion_matrix(evaluation: dict, path: str) -> str:
 
 def write_run_plots(train_dir: str, evaluation: dict, out_dir: str) -> list[str]:
     """Both plots into `out_dir`; returns their paths."""
-    with fsspec.open(posixpath.join(train_dir, "metrics.json")) as handle:
-        metrics = json.load(handle)
+    record = RunRecord.read(train_dir)
+    if record is None or not record.epochs:
+        raise RunFolderError(f"{train_dir} holds no training run with epochs to plot")
     return [
-        training_curves(metrics, posixpath.join(out_dir, CURVES)),
+        training_curves(record.epochs, posixpath.join(out_dir, CURVES)),
         confusion_matrix(evaluation, posixpath.join(out_dir, CONFUSION)),
     ]

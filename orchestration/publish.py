@@ -32,7 +32,8 @@ from collections.abc import Iterator
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from orchestration.params import MODEL_NAME_PATTERN
+from runspec.layout import EVALUATION, SAVED_MODEL
+from runspec.record import RunFolderError, read_json
 from stageconfig import user_path
 from training.model_files import EXTRA_DIR, METADATA_FILE, WEIGHTS_FINGERPRINT
 
@@ -42,6 +43,11 @@ STAGING_PREFIX = ".staging-"
 # A staging folder older than this belongs to a publisher that died mid-copy (a live one
 # renames its folder into place as soon as the copy ends); the next publish removes it.
 STALE_STAGING_SECONDS = 6 * 3600
+
+
+# A model's name is a folder name and a serving name: one safe path segment. The DAG's
+# `model_name` Param is checked against the same pattern.
+MODEL_NAME_PATTERN = "^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
 
 
 class PublishError(ValueError):
@@ -113,14 +119,6 @@ def _rename_tree(source: str, target: str) -> None:
     _remove_tree(source)
 
 
-def _read_json(path: str) -> dict | None:
-    if not _exists(path):
-        return None
-    fs, local = _fs(path)
-    with fs.open(local) as handle:
-        return json.load(handle)
-
-
 def latest_version(model_root: str, model_name: str) -> int | None:
     path = posixpath.join(model_root, model_name, LATEST)
     if not _exists(path):
@@ -162,7 +160,7 @@ def _set_latest(model_home: str, version: int) -> None:
 def model_identity(model_dir: str) -> str:
     """Which model a folder holds: the trainer's weights fingerprint (one checkpoint
     exported twice is one model), else a digest of every file."""
-    metadata = _read_json(posixpath.join(model_dir, EXTRA_DIR, METADATA_FILE)) or {}
+    metadata = read_json(posixpath.join(model_dir, EXTRA_DIR, METADATA_FILE)) or {}
     if metadata.get(WEIGHTS_FINGERPRINT):
         return f"weights:{metadata[WEIGHTS_FINGERPRINT]}"
     fs, root = _fs(model_dir)
@@ -181,7 +179,7 @@ def _published_version(model_home: str, run_id: str, model: str) -> int | None:
     it trained anew) publishes a new version. Records from before models were named in
     them match on the run alone."""
     for version in reversed(_versions(model_home)):
-        record = _read_json(posixpath.join(model_home, str(version), PUBLISH_RECORD))
+        record = read_json(posixpath.join(model_home, str(version), PUBLISH_RECORD))
         if record and record.get("run_id") == run_id and record.get("model", model) == model:
             return version
     return None
@@ -268,17 +266,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model-root", required=True, type=user_path)
     parser.add_argument("--model-name", required=True)
     parser.add_argument("--run-id", required=True, help="Identifies this publication.")
-    parser.add_argument("--evaluation", help="evaluation.json to keep with the version.")
+    parser.add_argument("--evaluation", help=f"{EVALUATION} to keep with the version.")
     args = parser.parse_args(argv)
-    if not _exists(posixpath.join(args.model, "saved_model.pb")):
+    if not _exists(posixpath.join(args.model, SAVED_MODEL)):
         print(f"error: no SavedModel at {args.model}", file=sys.stderr)
         return 2
-    evaluation = _read_json(args.evaluation) if args.evaluation else None
     try:
+        evaluation = read_json(args.evaluation) if args.evaluation else None
         published = publish_model(
             args.model, args.model_root, args.model_name, run_id=args.run_id, evaluation=evaluation
         )
-    except PublishError as err:
+    except (PublishError, RunFolderError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     state = "already published as" if published["reused"] else "published"

@@ -10,30 +10,28 @@ model after its last step). Copy-free: the run's result points at that model.
 
 from __future__ import annotations
 
-import json
+import logging
 import posixpath
 from collections.abc import Mapping
 from typing import Any
 
 import fsspec
 
+from runspec.layout import CONFIG
+from runspec.record import RunFolderError, RunRecord, read_json
 from shardspec.folder import FolderMetadata, MetadataError
 from shardspec.layout import METADATA
 
-
-def _json(fs, path: str) -> dict | None:
-    try:
-        with fs.open(path) as handle:
-            value = json.load(handle)
-    except (OSError, ValueError):
-        return None
-    return value if isinstance(value, dict) else None
+log = logging.getLogger(__name__)
 
 
 def shards_fingerprint(shards_dir: str) -> str:
-    """The content fingerprint the sharding job recorded ("" when it did not)."""
-    fs, path = fsspec.core.url_to_fs(shards_dir)
-    metadata = _json(fs, posixpath.join(path, "metadata.json")) or {}
+    """The content fingerprint the sharding job recorded ("" when it did not, or its
+    metadata cannot be read: then nothing is reused)."""
+    try:
+        metadata = read_json(posixpath.join(shards_dir.rstrip("/"), METADATA)) or {}
+    except RunFolderError:
+        return ""
     return str(metadata.get("fingerprint", ""))
 
 
@@ -50,23 +48,25 @@ def find_finished_training(
         return None
     fs, root = fsspec.core.url_to_fs(output_root.rstrip("/"))
     protocol = output_root.split("://", 1)[0] + "://" if "://" in output_root else ""
-    for config_path in sorted(fs.glob(posixpath.join(root, "runs", "*", "train", "config.json")),
+    for config_path in sorted(fs.glob(posixpath.join(root, "runs", "*", "train", CONFIG)),
                               reverse=True):  # fmt: skip
-        train_dir = posixpath.dirname(config_path)
-        if protocol + train_dir == exclude.rstrip("/"):
+        train_dir = protocol + posixpath.dirname(config_path)
+        if train_dir == exclude.rstrip("/"):
             continue
-        config = _json(fs, config_path) or {}
+        try:
+            record = RunRecord.read(train_dir)
+        except RunFolderError as err:
+            log.warning("reuse_training: skipping %s: %s", train_dir, err)
+            continue
+        if record is None or not record.finished:
+            continue
+        config = record.config
         if config.get("num_workers") != num_workers or any(
             config.get(key) != value for key, value in train_flags.items()
         ):
             continue
-        metrics = _json(fs, posixpath.join(train_dir, "metrics.json")) or {}
-        epochs = metrics.get("epochs") or [{}]
-        finished = epochs[-1].get("step") == config.get("total_steps")
-        if not finished or not fs.exists(posixpath.join(train_dir, "model", "saved_model.pb")):
-            continue
         if shards_fingerprint(str(config.get("data", ""))) == fingerprint:
-            return protocol + train_dir
+            return train_dir
     return None
 
 
@@ -78,18 +78,20 @@ def discard_stale_training(train_dir: str, shards_dir: str) -> str:
     `shard_images` with its downstream tasks after the images changed re-makes them, and
     the trainer refuses to resume checkpoints of other data (training/config.py's
     RESUME_KEYS). A retry of `train` alone finds the same shards and resumes."""
-    fs, path = fsspec.core.url_to_fs(train_dir.rstrip("/"))
-    config = _json(fs, posixpath.join(path, "config.json")) or {}
+    try:
+        config = read_json(posixpath.join(train_dir.rstrip("/"), CONFIG)) or {}
+    except RunFolderError:
+        return ""  # the trainer refuses a folder it cannot read, in one line
     trained_on = config.get("shards_content")
     if not trained_on:
         return ""
-    shards_fs, shards_path = fsspec.core.url_to_fs(shards_dir.rstrip("/"))
     try:
         now = FolderMetadata.from_json(
-            _json(shards_fs, posixpath.join(shards_path, METADATA))
+            read_json(posixpath.join(shards_dir.rstrip("/"), METADATA))
         ).content_id
-    except MetadataError:
+    except (MetadataError, RunFolderError):
         return ""  # the trainer names what is wrong with the shards
+    fs, path = fsspec.core.url_to_fs(train_dir.rstrip("/"))
     if now == trained_on:
         return ""
     fs.rm(path, recursive=True)

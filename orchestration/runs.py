@@ -10,6 +10,8 @@ import posixpath
 import re
 from dataclasses import dataclass
 
+from runspec.layout import EVALUATION
+
 
 def safe_run_id(run_id: str) -> str:
     """Airflow run ids hold ':' and '+' (manual__2026-01-01T00:00:00+00:00)."""
@@ -42,4 +44,4 @@ class RunPaths:
 
     @property
     def evaluation(self) -> str:
-        return posixpath.join(self.root, "evaluation.json")
+        return posixpath.join(self.root, EVALUATION)

@@ -7,27 +7,19 @@ it is per class, and where the evaluation, plots and TensorBoard logs are.
 from __future__ import annotations
 
 import argparse
-import json
 import posixpath
 import sys
 
 import fsspec
 
-from orchestration.plots import CONFUSION, CURVES
 from orchestration.publish import LATEST, PUBLISH_RECORD, latest_version
+from runspec.layout import CONFUSION, CURVES, EVALUATION, METRICS, TENSORBOARD
+from runspec.record import RunFolderError, RunRecord, read_json
 from stageconfig import user_path
 
 
 class SummaryError(ValueError):
     """Nothing (readable) is published under that name."""
-
-
-def _read_json(path: str) -> dict | None:
-    try:
-        with fsspec.open(path) as handle:
-            return json.load(handle)
-    except FileNotFoundError:
-        return None
 
 
 def summary(model_root: str, model_name: str) -> str:
@@ -42,7 +34,7 @@ def summary(model_root: str, model_name: str) -> str:
     fs, path = fsspec.core.url_to_fs(published)
     if not fs.isdir(path):
         raise SummaryError(f"{home}/{LATEST} names version {version}, which is not there")
-    record = _read_json(posixpath.join(published, PUBLISH_RECORD)) or {}
+    record = read_json(posixpath.join(published, PUBLISH_RECORD)) or {}
     evaluation = record.get("evaluation") or {}
     train_dir = posixpath.dirname(record.get("source", "").rstrip("/"))
     run_dir = posixpath.dirname(train_dir)
@@ -61,11 +53,11 @@ def summary(model_root: str, model_name: str) -> str:
     if run_dir:
         lines.append(f"run folder: {run_dir}")
         lines.append(
-            f"  evaluation.json, {CURVES}, {CONFUSION}; train/metrics.json; "
-            f"TensorBoard: tensorboard --logdir {posixpath.join(train_dir, 'tensorboard')}"
+            f"  {EVALUATION}, {CURVES}, {CONFUSION}; train/{METRICS}; "
+            f"TensorBoard: tensorboard --logdir {posixpath.join(train_dir, TENSORBOARD)}"
         )
-        metrics = _read_json(posixpath.join(train_dir, "metrics.json")) or {}
-        advice = (metrics.get("input_diagnosis") or {}).get("advice")
+        run = RunRecord.read(train_dir)
+        advice = (run.input_diagnosis if run else {}).get("advice")
         if advice:
             lines.append(f"input: {advice}")
     return "\n".join(lines)
@@ -78,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         print(summary(args.model_root, args.model_name))
-    except SummaryError as err:
+    except (SummaryError, RunFolderError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     return 0

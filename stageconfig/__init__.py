@@ -29,6 +29,7 @@ __all__ = [
     "check_utf8_name",
     "dag_param_fields",
     "from_args",
+    "from_mapping",
     "local_path",
     "param",
     "text_name",
@@ -94,12 +95,13 @@ def _scalar(annotation) -> tuple[type, bool]:
     return typing.get_origin(annotation) or annotation, False
 
 
-def check(config) -> None:
-    """Raise ConfigError naming the flag for the first value outside its bounds."""
+def check(config, *, prefix: str = "") -> None:
+    """Raise ConfigError naming the flag (or `prefix.field`, for a config given as a
+    mapping) for the first value outside its bounds."""
     for field, spec, annotation in _fields(type(config)):
         value = getattr(config, field.name)
         kind, optional = _scalar(annotation)
-        flag = flag_name(field)
+        flag = f"{prefix}.{field.name}" if prefix else flag_name(field)
         if value is None:
             if optional:
                 continue
@@ -113,6 +115,34 @@ def check(config) -> None:
             raise ConfigError(f"{flag} must be {_range(spec)}, got {value}")
         if high is not None and value > high:
             raise ConfigError(f"{flag} must be {_range(spec)}, got {value}")
+
+
+def from_mapping(cls, values: Any, *, name: str):
+    """A config from a mapping (a DAG Param holding a JSON object): unknown keys, values
+    of the wrong type and values out of bounds are each a one-line ConfigError naming
+    `name.key`, never a value that travels on ("two" GPUs reaching a manifest)."""
+    if not isinstance(values, dict):
+        raise ConfigError(f"{name} must be a JSON object, got {values!r}")
+    fields = {field.name: (spec, annotation) for field, spec, annotation in _fields(cls)}
+    if unknown := sorted(set(values) - set(fields)):
+        allowed = ", ".join(sorted(fields)) or "none"
+        raise ConfigError(f"{name} {unknown} are not settings here (allowed: {allowed})")
+    for key, value in values.items():
+        kind, optional = _scalar(fields[key][1])
+        if value is None and optional:
+            continue
+        if kind is str and not isinstance(value, str):
+            raise ConfigError(f"{name}.{key} must be text, got {value!r}")
+        if kind in (int, float) and (isinstance(value, bool) or not isinstance(value, kind | int)):
+            raise ConfigError(f"{name}.{key} must be a number, got {value!r}")
+    if missing := sorted(
+        f.name for f in dataclasses.fields(cls)
+        if f.name not in values and f.default is MISSING and f.default_factory is MISSING
+    ):  # fmt: skip
+        raise ConfigError(f"{name} needs {missing}")
+    config = cls(**values)
+    check(config, prefix=name)
+    return config
 
 
 def local_path(uri: str) -> str:

@@ -9,10 +9,19 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 HEAVY = {"tensorflow", "keras", "apache_beam", "airflow"}
-FIRST_PARTY = {"shardspec", "stageconfig", "beam_jobs", "training", "orchestration", "dags"}
+FIRST_PARTY = {
+    "shardspec",
+    "runspec",
+    "stageconfig",
+    "beam_jobs",
+    "training",
+    "orchestration",
+    "dags",
+}
 
 FORBIDDEN = {
     "shardspec": HEAVY | FIRST_PARTY - {"shardspec"},
+    "runspec": HEAVY | FIRST_PARTY - {"runspec"},
     "stageconfig": HEAVY | FIRST_PARTY - {"stageconfig"},
     "beam_jobs": {"tensorflow", "keras", "airflow", "training", "orchestration", "dags"},
     "training": {"apache_beam", "airflow", "beam_jobs", "orchestration", "dags"},

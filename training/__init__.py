@@ -4,18 +4,18 @@ Owns the input pipeline, the models, the multi-worker loop with checkpoints,
 the serving export, evaluation, and the CLIs `training.train` (one worker; it checks
 its flags and a local shard folder before `training.trainer` loads TensorFlow),
 `training.launch` (N local workers) and `training.data` (input speed). May
-import `shardspec` and `stageconfig`; never Beam, Airflow, `beam_jobs` or
+import `shardspec`, `runspec` and `stageconfig`; never Beam, Airflow, `beam_jobs` or
 `orchestration`. `training/config.py` stays free of TensorFlow: the DAG reads it.
+
+Importing the package changes nothing global. Only a CLI of it starting
+(`python -m training.<cli>`: Python sets argv[0] to "-m" while it locates the
+module, which is when this runs) quiets TensorFlow's start-up lines, before the
+CLI's own module imports TensorFlow (training/quiet_tf.py).
 """
 
-import os
+import sys
 
-# TensorFlow's C++ start-up lines (oneDNN, CPU features, absl) are noise to a user of these
-# CLIs: show warnings and errors only, unless TF_CPP_MIN_LOG_LEVEL says otherwise. Set here,
-# before any module of the package imports TensorFlow; worker processes inherit it.
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+if sys.argv[:1] == ["-m"]:
+    from training import quiet_tf
 
-# ... and the lines it writes to stderr before that setting applies (training/quiet_tf.py).
-from training import quiet_tf
-
-quiet_tf.install()
+    quiet_tf.setup_cli()

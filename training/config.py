@@ -6,6 +6,7 @@ import argparse
 from dataclasses import asdict, dataclass
 
 import stageconfig
+from runspec.layout import CHECKPOINTS, METRICS, MODEL, TENSORBOARD
 from stageconfig import ConfigError, param
 from training.worker_env import PREEMPTED_EXIT_CODE
 
@@ -105,7 +106,7 @@ def parse_input_service(value: str) -> tuple[str, int]:
 class TrainConfig:
     data: str = param(help="Shard directory written by beam_jobs.shard_images", section="Data")
     output: str = param(
-        help="Run directory: checkpoints/, tensorboard/, metrics.json, model/ (SavedModel)",
+        help=f"Run directory: {CHECKPOINTS}/, {TENSORBOARD}/, {METRICS}, {MODEL}/ (SavedModel)",
         section="Training",
     )
     architecture: str = param(

@@ -15,10 +15,11 @@ from collections import Counter
 
 import tensorflow as tf
 
+from runspec.layout import SAVED_MODEL
 from shardspec.layout import SPLIT_NAMES
 from stageconfig import user_path
 from training import features
-from training.gate import EVALUATION, AccuracyGateFailed, check_gate
+from training.gate import AccuracyGateFailed, check_gate
 from training.model_files import EXTRA_DIR, LABELS_FILE
 from training.shards import ShardError, ShardSet
 
@@ -81,7 +82,6 @@ def evaluate_saved_model(
 
 
 __all__ = [  # the gate lives in training.gate (no TensorFlow); here for the CLI's users
-    "EVALUATION",
     "AccuracyGateFailed",
     "check_gate",
     "evaluate_saved_model",
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not 0.0 <= args.accuracy_gate <= 1.0:
         parser.error(f"argument --accuracy-gate: {args.accuracy_gate:g} is not in [0, 1]")
-    if not tf.io.gfile.exists(posixpath.join(args.model, "saved_model.pb")):
+    if not tf.io.gfile.exists(posixpath.join(args.model, SAVED_MODEL)):
         print(f"error: no SavedModel at {args.model}", file=sys.stderr)
         return 2
     try:

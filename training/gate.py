@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-# What `training.train --evaluate` writes into its output folder.
-EVALUATION = "evaluation.json"
-
 
 class AccuracyGateFailed(RuntimeError):
     """The model is worse than the gate: it must not be published."""

@@ -4,8 +4,8 @@ While its shared libraries load, TensorFlow writes lines such as "All log
 messages before absl::InitializeLog() is called are written to STDERR" and
 "oneDNN custom operations are on" straight to the process's stderr (file
 descriptor 2), before absl logging starts, so TF_CPP_MIN_LOG_LEVEL cannot hide
-them. `install()` (run by the package's `__init__`, before anything imports
-TensorFlow) wraps TensorFlow's own import: file descriptor 2 goes to a
+them. `setup_cli()` (run when a CLI of the package starts, before anything
+imports TensorFlow) wraps TensorFlow's own import: file descriptor 2 goes to a
 temporary file while the import runs, and everything but those known lines is
 written back. With TF_CPP_MIN_LOG_LEVEL 0 or 1 nothing is filtered.
 """
@@ -75,3 +75,11 @@ def install() -> None:
         return
     if not any(isinstance(finder, _Finder) for finder in sys.meta_path):
         sys.meta_path.insert(0, _Finder())
+
+
+def setup_cli() -> None:
+    """For a CLI process: TensorFlow's C++ lines at warnings and up unless
+    TF_CPP_MIN_LOG_LEVEL says otherwise (worker processes inherit it), and its banner
+    filtered out of stderr."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    install()

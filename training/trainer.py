@@ -27,6 +27,12 @@ from dataclasses import dataclass
 import keras
 import tensorflow as tf
 
+from runspec.layout import (
+    CHECKPOINTS,
+    EVALUATION,
+    MODEL,
+    TENSORBOARD,
+)
 from shardspec.folder import too_few_classes
 from shardspec.layout import SPLIT_NAMES
 from training import diagnosis
@@ -36,29 +42,19 @@ from training.config import (
     ConfigError,
     TrainConfig,
     parse_input_service,
-    resume_conflicts,
     scaled_learning_rate,
 )
 from training.data import InputOptions, build_dataset, cache_choice, synthetic_dataset
 from training.distribute import ClusterInfo, cluster_from_env, make_strategy
 from training.export import export_serving_model
-from training.gate import EVALUATION
 from training.input_service import start_local, through_service
 from training.model import average_moving_statistics, build_model, moving_statistics
 from training.model_files import WEIGHTS_FINGERPRINT
+from training.run_folder import RunFolder
 from training.shards import ShardError, ShardSet
 from training.worker_env import PREEMPTED_EXIT_CODE
 
 log = logging.getLogger("training.train")
-
-CHECKPOINTS = "checkpoints"
-TENSORBOARD = "tensorboard"
-METRICS = "metrics.json"
-CONFIG = "config.json"
-MODEL = "model"
-WORKER_TMP = "_worker_tmp"
-# Everything a run writes into --output; a run replaces or appends to these by name.
-RUN_FILES = (CONFIG, CHECKPOINTS, MODEL, TENSORBOARD, METRICS, EVALUATION, WORKER_TMP)
 
 
 @dataclass
@@ -91,14 +87,6 @@ class EpochMetrics:
         )
 
 
-def write_dir(cluster: ClusterInfo, output: str, name: str) -> str:
-    """Where this worker writes `name`: the real place on the chief, a private
-    temporary folder elsewhere (every worker must save: saving runs collectives)."""
-    if cluster.is_chief:
-        return posixpath.join(output, name)
-    return posixpath.join(output, WORKER_TMP, cluster.name, name)
-
-
 class Preempted(Exception):
     """Every worker saved a checkpoint at this step after one of them was told to stop."""
 
@@ -119,6 +107,7 @@ class Trainer:
         self.cluster = cluster
         self.strategy = strategy
         self.shards = shard_set
+        self.folder = RunFolder(config.output, cluster)
         self.global_batch_size = config.per_replica_batch_size * strategy.num_replicas_in_sync
         if problem := too_few_classes(shard_set.folder.label_map):
             raise ShardError(f"{shard_set.directory}: {problem}")
@@ -243,7 +232,7 @@ class Trainer:
         )
         self.checkpoints = tf.train.CheckpointManager(
             self.checkpoint,
-            write_dir(self.cluster, self.config.output, CHECKPOINTS),
+            self.folder.write_dir(CHECKPOINTS),
             max_to_keep=3,
         )
         self.loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
@@ -444,8 +433,7 @@ class Trainer:
 
     # ---- the loop --------------------------------------------------------------------
     def restore(self) -> None:
-        chief_dir = posixpath.join(self.config.output, CHECKPOINTS)
-        latest = tf.train.latest_checkpoint(chief_dir)
+        latest = self.folder.latest_checkpoint()
         if latest:
             # expect_partial: the optimizer's slots are created at its first step, so a run
             # that is already finished never resolves them (that is not an error).
@@ -462,10 +450,10 @@ class Trainer:
         self.build()
         self.restore()
         if self.cluster.is_chief:
-            self._write_config()
-        history = self._load_history()
+            self.folder.write_config(self.effective_config())
+        history = self.folder.load_history() if self.resumed_from_step else []
         writer = (
-            tf.summary.create_file_writer(posixpath.join(self.config.output, TENSORBOARD))
+            tf.summary.create_file_writer(self.folder.path(TENSORBOARD))
             if self.cluster.is_chief
             else tf.summary.create_noop_writer()
         )
@@ -533,9 +521,9 @@ class Trainer:
             history = [h for h in history if h["epoch"] < epoch] + [vars(metrics)]
             # The epoch's metrics before its checkpoint: killed between the two, a resumed run
             # redoes the end of the epoch and replaces its line; the other order lost the line
-            # (the checkpoint said the epoch was done, metrics.json had never heard of it).
+            # (the checkpoint said the epoch was done, the metrics had never heard of it).
             if self.cluster.is_chief:
-                self._write_history(history)
+                self.folder.write_history(history, self.resumed_from_step, self.diagnosis)
             self.save_checkpoint()
             if step < self.total_steps and self._all_agree_to_stop():
                 self._preempted(step)
@@ -558,65 +546,6 @@ class Trainer:
             "num_classes": self.shards.num_classes,
             "shards_content": self.shards.folder.content_id,
         }
-
-    def _write_config(self) -> None:
-        """The effective parameters, beside the run's outputs from its start (not only in
-        the exported model's metadata), so a run in progress or killed says what it ran."""
-        tf.io.gfile.makedirs(self.config.output)
-        with tf.io.gfile.GFile(posixpath.join(self.config.output, CONFIG), "w") as handle:
-            json.dump(self.effective_config(), handle, indent=2)
-
-    def check_resumable(self) -> None:
-        """--output is new, or a run folder of this trainer whose checkpoints a run of the
-        same parameters resumes. Under other parameters (another model, data, batch or
-        worker count) restoring them failed with a traceback pages long, or silently went
-        on with another recipe; in a folder of the user's, a run replaced their `model/`
-        or `config.json` (names any project may hold)."""
-        output = self.config.output
-        saved = None
-        try:
-            with tf.io.gfile.GFile(posixpath.join(output, CONFIG)) as handle:
-                saved = json.load(handle)
-        except (tf.errors.NotFoundError, ValueError):
-            pass
-        if not isinstance(saved, dict) or "total_steps" not in saved:  # the run writes it first
-            if theirs := [n for n in RUN_FILES if tf.io.gfile.exists(posixpath.join(output, n))]:
-                raise ConfigError(
-                    f"--output {output} holds {', '.join(theirs)} that this trainer did not "
-                    f"write (no {CONFIG} of its run): a run would replace them; give a new or "
-                    "empty folder, or a run folder of this trainer to resume"
-                )
-            return
-        if not tf.train.latest_checkpoint(posixpath.join(output, CHECKPOINTS)):
-            return  # nothing to resume: the run starts anew and rewrites its config
-        if conflicts := resume_conflicts(saved, self.effective_config()):
-            raise ConfigError(
-                f"--output {output} holds a run with other parameters "
-                f"({'; '.join(conflicts)}): its checkpoints resume only the same run; give "
-                "another --output to train anew, or the run's parameters to resume it"
-            )
-
-    def _load_history(self) -> list[dict]:
-        path = posixpath.join(self.config.output, METRICS)
-        if self.resumed_from_step and tf.io.gfile.exists(path):
-            with tf.io.gfile.GFile(path) as handle:
-                return json.load(handle)["epochs"]
-        return []
-
-    def _write_history(self, history: list[dict]) -> None:
-        tf.io.gfile.makedirs(self.config.output)
-        path = posixpath.join(self.config.output, METRICS)
-        with tf.io.gfile.GFile(path + ".tmp", "w") as handle:
-            json.dump(
-                {
-                    "epochs": history,
-                    "resumed_from_step": self.resumed_from_step,
-                    "input_diagnosis": self.diagnosis,
-                },
-                handle,
-                indent=2,
-            )
-        tf.io.gfile.rename(path + ".tmp", path, overwrite=True)
 
     def export(self, history: list[dict]) -> str | None:
         """Every worker exports (reads may run collectives); only the chief's copy stays."""
@@ -645,7 +574,7 @@ class Trainer:
             "tensorflow_version": tf.__version__,
             "keras_version": keras.__version__,
         }
-        path = write_dir(self.cluster, self.config.output, MODEL)
+        path = self.folder.write_dir(MODEL)
         export_serving_model(
             serving_model,
             path,
@@ -654,20 +583,9 @@ class Trainer:
             metadata=metadata,
         )
         if not self.cluster.is_chief:
-            self.cleanup_worker_tmp()
+            self.folder.cleanup_worker_tmp()
             return None
         return path
-
-    def cleanup_worker_tmp(self) -> None:
-        parent = posixpath.join(self.config.output, WORKER_TMP)
-        own = posixpath.join(parent, self.cluster.name)
-        if tf.io.gfile.exists(own):
-            tf.io.gfile.rmtree(own)
-        try:  # the last worker out removes the shared parent; others find it non-empty
-            if not tf.io.gfile.listdir(parent):
-                tf.io.gfile.rmtree(parent)
-        except (tf.errors.OpError, OSError):
-            pass
 
     def weights_fingerprint(self) -> str:
         """sha256 over all weights: equal on every worker when replicas stayed in sync."""
@@ -689,7 +607,7 @@ def run(config: TrainConfig) -> int:
     try:
         shard_set = ShardSet.open(config.data)
         trainer = Trainer(config, cluster, strategy, shard_set)
-        trainer.check_resumable()
+        trainer.folder.check_resumable(trainer.effective_config())
     except (ShardError, ConfigError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -739,7 +657,7 @@ def run(config: TrainConfig) -> int:
         log.info("input diagnosis: %s", trainer.diagnosis["advice"])
     path = trainer.export(history)
     if path and config.evaluate:
-        from training.evaluate import EVALUATION, evaluate_saved_model, write_evaluation
+        from training.evaluate import evaluate_saved_model, write_evaluation
 
         evaluation = evaluate_saved_model(path, config.data)
         written = posixpath.join(config.output, EVALUATION)

@@ -11,8 +11,8 @@ from orchestration.beam_options import dataflow_config, dataflow_job_name
 from orchestration.launchers import (
     LauncherConfigError,
     TrainingJob,
-    check_launcher_options,
-    render_vertex_custom_job,
+    launcher_options,
+    vertex,
 )
 from tests.dags.airflow_env import REPO, airflow_env
 
@@ -138,18 +138,23 @@ def test_vertex_request_is_what_the_operator_sends(captured):
 
 def test_vertex_request_is_a_valid_api_message():
     job = TrainingJob(data="gs://b/shards", output="gs://b/train", num_workers=1)
-    custom_job = render_vertex_custom_job(job, display_name="Run 1", image="img:1")
+    options = vertex.Options(project="p", region="r")
+    custom_job = vertex.render(job, options, display_name="Run 1", image="img:1")
     message = CustomJob(custom_job)
     assert len(message.job_spec.worker_pool_specs) == 1
     assert message.display_name == "run-1"
     with pytest.raises(KeyError):
         CustomJob(
-            render_vertex_custom_job(
+            vertex.render(
                 job,
+                vertex.Options(
+                    project="p",
+                    region="r",
+                    accelerator_type="NVIDIA_NOT_A_GPU",
+                    accelerator_count=1,
+                ),
                 display_name="x",
                 image="img",
-                accelerator_type="NVIDIA_NOT_A_GPU",
-                accelerator_count=1,
             )
         )
 
@@ -157,14 +162,14 @@ def test_vertex_request_is_a_valid_api_message():
 @pytest.mark.parametrize(
     ("launcher", "options", "data", "message"),
     [
-        ("vertex", {"project": "p"}, "gs://b/s", r"needs training_options \['region'\]"),
-        ("vertex", {"project": "p", "region": "r", "gpus": 1}, "gs://b/s", "do not apply"),
-        ("local", {"namespace": "ml"}, "/data", "do not apply to the 'local' launcher"),
+        ("vertex", {"project": "p"}, "gs://b/s", r"training_options needs \['region'\]"),
+        ("vertex", {"project": "p", "region": "r", "gpus": 1}, "gs://b/s", "are not settings"),
+        ("local", {"namespace": "ml"}, "/data", "not settings here .* for the 'local' launcher"),
         ("vertex", {"project": "p", "region": "r"}, "/local/shards", "only see gs:// paths"),
     ],
 )
 def test_launcher_settings_mistakes_are_clear_errors(launcher, options, data, message):
     with pytest.raises(LauncherConfigError, match=message):
-        options = check_launcher_options(launcher, options)
+        options = launcher_options(launcher, options)
         job = TrainingJob(data=data, output="gs://b/train")
-        render_vertex_custom_job(job, display_name="x", image="img")
+        vertex.render(job, options, display_name="x", image="img")

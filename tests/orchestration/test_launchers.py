@@ -3,10 +3,11 @@ import json
 import kubernetes_validate
 import pytest
 
-from orchestration.launchers import TrainingJob, render_kubernetes, render_vertex_custom_job
+from orchestration.launchers import TrainingJob, kubernetes, vertex
 from tests.dags.airflow_env import REPO
 from training.worker_env import PREEMPTED_EXIT_CODE
 
+VERTEX = vertex.Options(project="p", region="europe-west4")
 JOB = TrainingJob(
     data="gs://bucket/shards",
     output="gs://bucket/runs/r1/train",
@@ -31,13 +32,11 @@ def test_train_args_are_the_cli_flags():
 
 @pytest.fixture
 def manifests():
-    return render_kubernetes(
+    return kubernetes.render(
         JOB,
+        kubernetes.Options(namespace="ml", gpus_per_worker=1, service_account="trainer"),
         name="imagepipe-manual__2026-12-01T00:00:00+00:00",
         image="europe-docker.pkg.dev/p/r/trainer:1.0",
-        namespace="ml",
-        gpus_per_worker=1,
-        service_account="trainer",
     )
 
 
@@ -59,7 +58,7 @@ def test_one_job_per_worker_behind_a_headless_service_with_its_own_tf_config(man
         assert pod["restartPolicy"] == "Never"  # podFailurePolicy requires it
         ignored = job["spec"]["podFailurePolicy"]["rules"]
         assert {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]} in ignored
-        assert ignored[0]["onExitCodes"]["values"] == [PREEMPTED_EXIT_CODE]
+        assert ignored[1]["onExitCodes"]["values"] == [PREEMPTED_EXIT_CODE]  # [0]: exit 2
         container = pod["containers"][0]
         assert container["command"] == ["python", "-m", "training.train"]
         assert container["args"] == JOB.train_args()
@@ -85,14 +84,13 @@ def test_a_broken_manifest_fails_validation(manifests):
 
 def test_every_way_a_worker_starts_sets_the_worker_environment(manifests, tmp_path):
     """TensorFlow reads TF_CPU_ALLOCATOR_USE_BFC at start-up: each launcher must set it."""
-    from orchestration.launchers import render_vertex_custom_job
     from training.launch import launch
 
     expected = {"name": "TF_CPU_ALLOCATOR_USE_BFC", "value": "true"}
     for job in manifests[1:]:
         assert expected in job["spec"]["template"]["spec"]["containers"][0]["env"]
-    vertex = render_vertex_custom_job(JOB, display_name="run", image="trainer:1")
-    for pool in vertex["job_spec"]["worker_pool_specs"]:
+    custom_job = vertex.render(JOB, VERTEX, display_name="run", image="trainer:1")
+    for pool in custom_job["job_spec"]["worker_pool_specs"]:
         assert expected in pool["container_spec"]["env"]
     dockerfile = (REPO / "docker" / "trainer.Dockerfile").read_text()
     assert "TF_CPU_ALLOCATOR_USE_BFC=true" in dockerfile
@@ -111,7 +109,9 @@ def test_input_service_local_n_becomes_a_deployment_and_service_beside_the_train
         data="gs://b/shards", output="gs://b/out", num_workers=2,
         train_flags={"input_service": "local:3"},
     )  # fmt: skip
-    manifests = render_kubernetes(job, name="run-1", image="trainer:1", namespace="ml")
+    manifests = kubernetes.render(
+        job, kubernetes.Options(namespace="ml"), name="run-1", image="trainer:1"
+    )
     version = kubernetes_validate.latest_version()
     for manifest in manifests:
         kubernetes_validate.validate(manifest, version, strict=True)
@@ -140,9 +140,8 @@ def test_input_service_local_n_becomes_vertex_pool_2_which_the_trainers_find_as_
         data="gs://b/shards", output="gs://b/out", num_workers=num_workers,
         train_flags={"input_service": "local:4"},
     )  # fmt: skip
-    custom_job = render_vertex_custom_job(
-        job, display_name="run-1", image="trainer:1", input_machine_type="n2-highcpu-8"
-    )
+    options = vertex.Options(project="p", region="r", input_machine_type="n2-highcpu-8")
+    custom_job = vertex.render(job, options, display_name="run-1", image="trainer:1")
     CustomJob(custom_job)  # the API's own message type accepts it
     pools = custom_job["job_spec"]["worker_pool_specs"]
     assert len(pools) == 3  # Vertex lists pool 2 in TF_CONFIG as `ps`, whatever pool 1 holds
@@ -160,7 +159,53 @@ def test_input_service_local_n_becomes_vertex_pool_2_which_the_trainers_find_as_
 
 def test_vertex_without_input_service_has_no_service_pool():
     job = TrainingJob(data="gs://b/shards", output="gs://b/out", num_workers=1)
-    pools = render_vertex_custom_job(job, display_name="r", image="t:1")["job_spec"][
+    pools = vertex.render(job, VERTEX, display_name="r", image="t:1")["job_spec"][
         "worker_pool_specs"
     ]
     assert len(pools) == 1 and "--input-service" not in pools[0]["container_spec"]["args"]
+
+
+def test_exit_code_2_fails_a_kubernetes_job_at_once_and_75_is_not_counted(manifests):
+    for job in (m for m in manifests if m["kind"] == "Job"):
+        rules = job["spec"]["podFailurePolicy"]["rules"]
+        by_code = {
+            code: rule["action"] for rule in rules if "onExitCodes" in rule
+            for code in rule["onExitCodes"]["values"]
+        }  # fmt: skip
+        assert by_code == {2: "FailJob", PREEMPTED_EXIT_CODE: "Ignore"}
+        assert job["spec"]["template"]["spec"]["restartPolicy"] == "Never"  # the policy needs it
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (
+            {"gpus_per_worker": "two"},
+            "training_options.gpus_per_worker must be a number, got 'two'",
+        ),
+        ({"gpus_per_worker": True}, "must be a number"),
+        ({"backoff_limit": -1}, "training_options.backoff_limit must be"),
+        ({"memory": 8}, "training_options.memory must be text, got 8"),
+        ({"gpus": 1}, r"training_options \['gpus'\] are not settings here"),
+    ],
+)
+def test_kubernetes_options_are_type_checked_in_one_line(options, message):
+    from orchestration.launchers import LauncherConfigError, launcher_options
+
+    with pytest.raises(LauncherConfigError, match=message):
+        launcher_options("kubernetes", options)
+    assert launcher_options("kubernetes", {"gpus_per_worker": 2}).gpus_per_worker == 2
+
+
+@pytest.mark.parametrize(
+    ("message", "kind", "code"),
+    [
+        ("The replica workerpool0-0 exited with a non-zero status of 2.", "TrainingRefused", 2),
+        ("The replica workerpool1-0 exited with a non-zero status of 75.", "TrainingPreempted", 75),
+        ("The replica workerpool0-0 exited with a non-zero status of 1.", "TrainingFailed", 1),
+        ("The CustomJob has been cancelled.", "TrainingFailed", None),
+    ],
+)
+def test_a_failed_vertex_job_is_mapped_by_its_replicas_exit_status(message, kind, code):
+    failure = vertex.failure_from_error(message)
+    assert (type(failure).__name__, failure.code) == (kind, code)

@@ -33,6 +33,7 @@ EVALUATION = {
 def test_plots_are_png_files(tmp_path):
     (tmp_path / "train").mkdir()
     (tmp_path / "train" / "metrics.json").write_text(json.dumps(METRICS))
+    (tmp_path / "train" / "config.json").write_text("{}")  # a run writes it first
     written = plots.write_run_plots(str(tmp_path / "train"), EVALUATION, str(tmp_path))
     assert [p.rsplit("/", 1)[-1] for p in written] == [plots.CURVES, plots.CONFUSION]
     for path in written:
@@ -45,6 +46,7 @@ def test_summary_names_the_model_its_classes_and_where_things_are(tmp_path):
     run = tmp_path / "runs" / "r1"
     (run / "train").mkdir(parents=True)
     (run / "train" / "metrics.json").write_text(json.dumps(METRICS))
+    (run / "train" / "config.json").write_text("{}")  # a run writes it first
     published = tmp_path / "models" / "shapes" / "3"
     (published / "assets.extra").mkdir(parents=True)
     (tmp_path / "models" / "shapes" / "LATEST").write_text("3\n")

@@ -9,10 +9,10 @@ from types import SimpleNamespace
 import pytest
 from kubernetes import client
 
-from orchestration.launchers import TrainingJob, render_kubernetes
-from orchestration.submit import run_kubernetes_jobs
+from orchestration.launchers import TrainingJob, kubernetes
+from orchestration.launchers.kubernetes import run_kubernetes_jobs
 
-MANIFESTS = render_kubernetes(
+MANIFESTS = kubernetes.render(
     TrainingJob(data="gs://b/shards", output="gs://b/runs/r1/train", num_workers=2),
     name="imagepipe-r1",
     image="trainer:1",
@@ -40,8 +40,12 @@ class FakeCluster:
             if self.polls_left[name] < 0:
                 self.jobs[name] = state = "succeeded"
         conditions = {
-            "succeeded": [SimpleNamespace(type="Complete", status="True")],
-            "failed": [SimpleNamespace(type="Failed", status="True")],
+            "succeeded": [SimpleNamespace(type="Complete", status="True", reason="")],
+            "failed": [
+                SimpleNamespace(type="Failed", status="True", reason="BackoffLimitExceeded")
+            ],
+            # podFailurePolicy's FailJob: a trainer exited 2.
+            "refused": [SimpleNamespace(type="Failed", status="True", reason="PodFailurePolicy")],
         }.get(state, [])
         return SimpleNamespace(
             status=SimpleNamespace(succeeded=int(state == "succeeded"), conditions=conditions)
@@ -132,8 +136,26 @@ def test_a_job_failing_while_waited_on_fails_the_task():
         )
 
 
+def test_a_trainer_that_exits_2_fails_the_task_without_a_retry():
+    from orchestration.launchers import TrainingRefused
+
+    cluster = FakeCluster({})
+    original = cluster.create
+
+    def create_then_refuse(manifest):
+        original(manifest)
+        if manifest["metadata"]["name"] == JOBS[0]:
+            cluster.jobs[JOBS[0]] = "refused"
+
+    with pytest.raises(TrainingRefused, match="a trainer exited 2") as raised:
+        run_kubernetes_jobs(
+            MANIFESTS, core=cluster, batch=cluster, create=create_then_refuse, poll_seconds=0
+        )
+    assert raised.value.code == 2
+
+
 def test_the_input_service_deployment_is_created_and_removed_with_the_run():
-    manifests = render_kubernetes(
+    manifests = kubernetes.render(
         TrainingJob(data="gs://b/s", output="gs://b/o", num_workers=2,
                     train_flags={"input_service": "local:2"}),
         name="imagepipe-r1", image="trainer:1",

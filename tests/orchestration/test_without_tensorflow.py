@@ -28,22 +28,22 @@ SCRIPT = textwrap.dedent(
     import dags.image_model_pipeline  # the DAG file parses
     from beam_jobs.validate import validate_shards  # noqa: F401
     from orchestration.evaluation import evaluate_run, write_json
-    from orchestration.launchers import TrainingJob, render_kubernetes, render_vertex_custom_job
+    from orchestration.launchers import TrainingJob, kubernetes, vertex
     from orchestration.params import check_run, train_flags
     from orchestration.plots import write_run_plots
     from orchestration.publish import publish_model
-    from orchestration.submit import read_training_result  # noqa: F401
+    from orchestration.train_operator import TrainModelOperator  # noqa: F401
     from training.gate import check_gate
 
     params = json.loads(sys.argv[2])
     check_run(params)
     job = TrainingJob(data=root + "/shards", output=root + "/train", num_workers=2,
                       train_flags=train_flags(params))
-    render_kubernetes(job, name="imagepipe-run", image="trainer:1")
-    render_vertex_custom_job(
+    kubernetes.render(job, name="imagepipe-run", image="trainer:1")
+    vertex.render(
         TrainingJob(data="gs://b/shards", output="gs://b/train", num_workers=2,
                     train_flags=train_flags(params)),
-        display_name="imagepipe-run", image="trainer:1")
+        vertex.Options(project="p", region="r"), display_name="imagepipe-run", image="trainer:1")
     evaluation = evaluate_run("kubernetes", model_dir=root + "/train/model",
                               shards_dir=root + "/shards", train_dir=root + "/train")
     write_json(evaluation, root + "/evaluation.json")
@@ -63,6 +63,7 @@ def test_remote_launcher_tasks_run_without_tensorflow(tmp_path):
     (train / "model" / "variables").mkdir(parents=True)
     (train / "model" / "saved_model.pb").write_bytes(b"graph")
     (train / "metrics.json").write_text(json.dumps(METRICS))
+    (train / "config.json").write_text("{}")  # a run writes it first
     (train / "evaluation.json").write_text(json.dumps(EVALUATION))
     params = {name: param.value for name, param in PARAMS.items()}
     params["training_launcher"] = "kubernetes"
