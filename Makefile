@@ -9,7 +9,7 @@ EXTRAS ?= beam,cpu,airflow,postgres,dev,bench
 DEMO_DIR ?= demo-output
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: install test test-slow lint format demo airflow airflow-postgres bench clean lock
+.PHONY: install test test-fast test-slow lint format demo airflow airflow-postgres bench clean lock
 
 install: $(STAMP)
 
@@ -21,6 +21,11 @@ $(STAMP): pyproject.toml constraints.txt
 
 test: install
 	$(BIN)/python -m pytest -m "not extended"
+
+# Every save: the unit tests that start no process, no Airflow run and no training (the
+# `slow` marker flags those); a few minutes on 2 cores. `make test` runs both.
+test-fast: install
+	$(BIN)/python -m pytest -m "not slow and not extended"
 
 # Long fault-injection runs (killed processes, concurrent DAG runs): tests/reliability.
 test-slow: install

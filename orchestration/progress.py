@@ -1,6 +1,6 @@
 """Show a DAG run's tasks as they start and end, from Airflow's metadata database.
 
-    python -m orchestration.progress --db AIRFLOW_HOME/airflow.db --pid PID [--log PATH]
+    python -m orchestration.progress --db AIRFLOW_HOME/airflow.db --pid PID [--dag-id ID]
 
 `airflow dags test` (what `make demo` runs) writes everything to its log and
 nothing a person can follow; this prints one line per task start and end, with

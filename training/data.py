@@ -24,7 +24,6 @@ from training.shards import ShardError, ShardSet
 log = logging.getLogger(__name__)
 
 AUTOTUNE = tf.data.AUTOTUNE
-# Pixels of padding before the random crop back to the model size (translation jitter).
 MIN_CROP_SCALE = 0.8  # random crops keep at least this fraction of each side
 BRIGHTNESS_DELTA = 0.15
 

@@ -13,12 +13,14 @@ bench/: `python -m bench.training`).
 
 from __future__ import annotations
 
+from stageconfig import exit_codes
+
 WORKER_ENV = {"TF_CPU_ALLOCATOR_USE_BFC": "true"}
 
 # A worker told to stop (SIGTERM: a spot VM reclaimed, a pod evicted) saves a checkpoint
-# at the same step as every other worker and exits with this code (EX_TEMPFAIL, "try
-# again"), which the launchers treat as "restart every worker", not as a failure.
-PREEMPTED_EXIT_CODE = 75
+# at the same step as every other worker and exits with this code, which the launchers
+# treat as "restart every worker", not as a failure (stageconfig/exit_codes.py).
+PREEMPTED_EXIT_CODE = exit_codes.PREEMPTED
 
 
 def worker_env_list() -> list[dict[str, str]]:

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from beam_jobs import shard_images
 from beam_jobs.validate import ShardValidationError, validate_shards
-from tests.beam_jobs.test_shard_images import IN_PROCESS
+from tests.jobs import IN_PROCESS, shard_job
 from training.shards import ShardError, ShardSet
 
 REPO = Path(__file__).resolve().parents[2]
@@ -24,10 +23,7 @@ def images(sample_images, tmp_path):
 
 
 def _shard(images, output, cache, *flags, capsys=None):
-    code = shard_images.run(
-        ["--input", str(images), "--output", str(output), "--cache-dir", str(cache), *flags,
-         *IN_PROCESS]
-    )  # fmt: skip
+    code = shard_job(images, output, "--cache-dir", str(cache), *flags)
     assert code == 0
     return json.loads((Path(output) / "metadata.json").read_text())
 
@@ -102,6 +98,7 @@ def test_a_pointer_to_replaced_shards_is_refused_by_the_readers(images, tmp_path
         validate_shards(str(tmp_path / "run2"), max_error_fraction=0.05, verify_records=False)
 
 
+@pytest.mark.slow
 def test_concurrent_runs_with_one_fingerprint_both_complete_and_the_index_stays_usable(
     images, tmp_path
 ):
@@ -142,10 +139,9 @@ def test_a_reused_output_must_fit_this_runs_error_budget(tmp_path, sample_with_c
     cache = tmp_path / "cache"
     first = _shard(images, tmp_path / "run1", cache, "--max-error-fraction", "0.5")
     assert first["num_errors"] == len(corrupt)
-    code = shard_images.run(
-        ["--input", images, "--output", str(tmp_path / "run2"), "--cache-dir", str(cache),
-         "--max-error-fraction", "0.01", *IN_PROCESS]
-    )  # fmt: skip
+    code = shard_job(
+        images, tmp_path / "run2", "--cache-dir", str(cache), "--max-error-fraction", "0.01"
+    )
     assert code == 1
     assert "sharded before with" in capsys.readouterr().err
     assert not (tmp_path / "run2" / "_SUCCESS").exists()

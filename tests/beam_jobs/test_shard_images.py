@@ -14,10 +14,10 @@ import tensorflow as tf
 from beam_jobs import shard_images
 from beam_jobs.local_runner import choose_local_mode
 from beam_jobs.splits import assign_split
+from tests.jobs import IN_PROCESS, shard_job
 from training import features
 from training.shards import ShardSet
 
-IN_PROCESS = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
 FRACTIONS = {"train": 0.8, "validation": 0.1, "test": 0.1}
 
 
@@ -57,12 +57,7 @@ def test_every_good_image_once_in_its_split_and_every_bad_one_dead_lettered(
 ):
     root, corrupt = sample_with_corrupt
     output = str(tmp_path / "shards")
-    assert (
-        shard_images.run(
-            ["--input", root, "--output", output, "--max-error-fraction", "0.2", *IN_PROCESS]
-        )
-        == 0
-    )
+    assert shard_job(root, output, "--max-error-fraction", "0.2") == 0
 
     metadata = _json(os.path.join(output, "metadata.json"))
     assert os.path.exists(os.path.join(output, "_SUCCESS"))
@@ -105,12 +100,7 @@ def test_every_good_image_once_in_its_split_and_every_bad_one_dead_lettered(
 
 def test_resize_reencodes_and_bounds_the_longest_side(sample_images, tmp_path):
     output = str(tmp_path / "shards")
-    assert (
-        shard_images.run(
-            ["--input", sample_images, "--output", output, "--max-side", "32", *IN_PROCESS]
-        )
-        == 0
-    )
+    assert shard_job(sample_images, output, "--max-side", "32") == 0
     records = _read_split(output, "train")
     assert records
     for parsed in records.values():
@@ -123,23 +113,13 @@ def test_resize_reencodes_and_bounds_the_longest_side(sample_images, tmp_path):
 
 def test_rerun_with_other_shard_count_replaces_output_cleanly(sample_images, tmp_path):
     output = tmp_path / "shards"
-    assert (
-        shard_images.run(
-            ["--input", sample_images, "--output", str(output), "--num-shards", "3", *IN_PROCESS]
-        )
-        == 0
-    )
+    assert shard_job(sample_images, str(output), "--num-shards", "3") == 0
     first = _json(output / "metadata.json")
     stale_staging = output / "_staging-deadbeef" / "train-00000-of-00001.tfrecord"
     stale_staging.parent.mkdir()
     stale_staging.write_bytes(b"left over by a killed run")
 
-    assert (
-        shard_images.run(
-            ["--input", sample_images, "--output", str(output), "--num-shards", "2", *IN_PROCESS]
-        )
-        == 0
-    )
+    assert shard_job(sample_images, str(output), "--num-shards", "2") == 0
     second = _json(output / "metadata.json")
     names = sorted(p.name for p in output.iterdir())
     shard_files = [n for n in names if n.endswith(".tfrecord")]
@@ -157,12 +137,7 @@ def test_rerun_with_other_shard_count_replaces_output_cleanly(sample_images, tmp
 def test_same_input_gives_byte_identical_shards(sample_images, tmp_path):
     digests = []
     for name in ("a", "b"):
-        assert (
-            shard_images.run(
-                ["--input", sample_images, "--output", str(tmp_path / name), *IN_PROCESS]
-            )
-            == 0
-        )
+        assert shard_job(sample_images, str(tmp_path / name)) == 0
         metadata = _json(tmp_path / name / "metadata.json")
         digests.append(
             [s["sha256"] for split in metadata["splits"].values() for s in split["shards"]]
@@ -173,9 +148,7 @@ def test_same_input_gives_byte_identical_shards(sample_images, tmp_path):
 def test_too_many_errors_fails_without_success_marker(sample_with_corrupt, tmp_path, capsys):
     root, corrupt = sample_with_corrupt
     output = tmp_path / "shards"
-    code = shard_images.run(
-        ["--input", root, "--output", str(output), "--max-error-fraction", "0.01", *IN_PROCESS]
-    )
+    code = shard_job(root, str(output), "--max-error-fraction", "0.01")
     assert code == 1
     err = capsys.readouterr().err
     assert "--max-error-fraction" in err and "Traceback" not in err
@@ -186,9 +159,7 @@ def test_too_many_errors_fails_without_success_marker(sample_with_corrupt, tmp_p
 
 
 def test_missing_input_is_a_clear_error(tmp_path, capsys):
-    code = shard_images.run(
-        ["--input", str(tmp_path / "nope"), "--output", str(tmp_path / "out"), *IN_PROCESS]
-    )
+    code = shard_job(str(tmp_path / "nope"), str(tmp_path / "out"))
     assert code == 2
     assert "input path does not exist" in capsys.readouterr().err
 
@@ -212,7 +183,7 @@ def test_manifest_input(sample_images, tmp_path):
     ]
     manifest.write_text("".join(json.dumps(r) + "\n" for r in rows))
     output = tmp_path / "shards"
-    assert shard_images.run(["--input", str(manifest), "--output", str(output), *IN_PROCESS]) == 0
+    assert shard_job(str(manifest), str(output)) == 0
     metadata = _json(output / "metadata.json")
     assert metadata["splits"]["train"]["num_records"] == (len(rows) + 1) // 2
     assert metadata["splits"]["validation"]["num_records"] == len(rows) // 2
@@ -232,12 +203,7 @@ def test_a_label_without_train_images_is_warned_about(sample_images, tmp_path, c
     manifest = tmp_path / "manifest.jsonl"
     manifest.write_text("".join(json.dumps(r) + "\n" for r in rows))
     with caplog.at_level("WARNING", logger="beam_jobs.shard_images"):
-        assert (
-            shard_images.run(
-                ["--input", str(manifest), "--output", str(tmp_path / "shards"), *IN_PROCESS]
-            )
-            == 0
-        )
+        assert shard_job(str(manifest), str(tmp_path / "shards")) == 0
     labels = {row["label"] for row in rows}
     assert (
         f"1 of {len(labels)} labels have no train image, so the model cannot learn them: "
@@ -264,9 +230,7 @@ def test_copies_across_labels_and_splits_are_reported_and_kept(sample_images, tm
     manifest.write_text("".join(json.dumps(r) + "\n" for r in rows))
     output = tmp_path / "shards"
     with caplog.at_level("WARNING", logger="beam_jobs.shard_images"):
-        assert (
-            shard_images.run(["--input", str(manifest), "--output", str(output), *IN_PROCESS]) == 0
-        )
+        assert shard_job(str(manifest), str(output)) == 0
     metadata = _json(output / "metadata.json")
     assert metadata["num_records"] == len(rows)  # kept: copies are the user's data
     assert metadata["copies"] == {
@@ -288,9 +252,7 @@ def test_copies_across_labels_and_splits_are_reported_and_kept(sample_images, tm
     manifest.write_text("".join(json.dumps(r) + "\n" for r in rows[:-1]))  # rerun, no copy
     caplog.clear()
     with caplog.at_level("WARNING", logger="beam_jobs.shard_images"):
-        assert (
-            shard_images.run(["--input", str(manifest), "--output", str(output), *IN_PROCESS]) == 0
-        )
+        assert shard_job(str(manifest), str(output)) == 0
     assert _json(output / "metadata.json")["copies"]["groups"] == 0
     assert all(f.read_text() == "" for f in output.glob("copies/*"))
     assert "stored more than once" not in caplog.text
@@ -310,6 +272,7 @@ def _shard_hashes(metadata: dict) -> dict:
     }
 
 
+@pytest.mark.slow
 def test_cli_default_runner_and_worker_processes_write_identical_shards(sample_images, tmp_path):
     """The documented command as a user runs it (the local runner picks its mode for 48
     images and this machine's cores), then with two worker processes, then on one thread:
@@ -341,6 +304,7 @@ def test_cli_default_runner_and_worker_processes_write_identical_shards(sample_i
     assert not [p for p in workers.rglob("*") if p.name.startswith("_staging")]
 
 
+@pytest.mark.slow
 def test_help_documents_every_flag():
     proc = subprocess.run(
         [sys.executable, "-m", "beam_jobs.shard_images", "--help"],

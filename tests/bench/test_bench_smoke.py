@@ -53,6 +53,7 @@ def smoke(tmp_path_factory):
     return work / "results", proc.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(RATIOS))
 def test_each_benchmark_writes_named_ratios_and_the_machine(smoke, name):
     results, _ = smoke
@@ -63,6 +64,7 @@ def test_each_benchmark_writes_named_ratios_and_the_machine(smoke, name):
         assert isinstance(result[key], float) and math.isfinite(result[key]), key
 
 
+@pytest.mark.slow
 def test_report_writes_table_and_plot(smoke):
     results, stdout = smoke
     table = (results / "results.md").read_text()
@@ -82,16 +84,30 @@ def test_fixed_and_per_image_cost_are_recovered_from_a_line():
     assert line["marginal_images_per_second"] == pytest.approx(50.0)
 
 
-def test_training_step_time_splits_into_compute_all_reduce_and_input(smoke):
+def test_training_step_time_is_split_by_what_the_runs_differ_in():
+    """Hand-computed: 1 worker 10 steps/s real, 20 synthetic; 2 workers 5 and 8."""
+    from bench.training import step_breakdown
+
+    split = step_breakdown(
+        {"1_worker": 10, "1_worker_synthetic": 20, "2_workers": 5, "2_workers_synthetic": 8}
+    )
+    assert split["1_worker"] == {
+        "step": 100.0, "compute": 50.0, "all_reduce": 0.0, "input_wait": 50.0
+    }  # fmt: skip
+    assert split["2_workers"] == {
+        "step": 200.0, "compute": 50.0, "all_reduce": 75.0, "input_wait": 75.0
+    }  # fmt: skip
+
+
+@pytest.mark.slow
+def test_the_smoke_run_reports_the_step_breakdown(smoke):
     results, _ = smoke
     breakdown = json.loads((results / "training.json").read_text())["step_time_breakdown_ms"]
-    for workers in ("1_worker", "2_workers"):
-        split = breakdown[workers]
-        assert split["step"] == pytest.approx(
-            split["compute"] + split["all_reduce"] + split["input_wait"]
-        )
+    assert set(breakdown) == {"1_worker", "2_workers"}
+    assert all(split["compute"] > 0 and split["step"] > 0 for split in breakdown.values())
 
 
+@pytest.mark.slow
 def test_sharding_scaling_runs_without_tensorflow(tmp_path):
     """The many-core scaling run: tiny here; TensorFlow blocked in its process, as on
     machines that lack it (the sharding job it starts imports none either)."""

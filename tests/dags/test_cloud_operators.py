@@ -16,6 +16,8 @@ from orchestration.launchers import (
 )
 from tests.dags.airflow_env import REPO, airflow_env
 
+pytestmark = pytest.mark.slow  # the DAG's operators in an Airflow subprocess
+
 RUN_ID = "manual__2026-12-01T10:00:00+00:00"
 SAFE_RUN = "manual__2026-12-01T10_00_00_00_00"
 BEAM_OPTIONS = {

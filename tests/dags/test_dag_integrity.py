@@ -8,6 +8,8 @@ from orchestration.beam_options import shard_job_options
 from orchestration.runs import RunPaths, safe_run_id
 from tests.dags.airflow_env import REPO, airflow_env
 
+pytestmark = pytest.mark.slow  # parses the DAG folder in an Airflow subprocess
+
 
 @pytest.fixture(scope="module")
 def parsed(tmp_path_factory):

@@ -15,19 +15,16 @@ import tensorflow as tf
 from beam_jobs import sample_data
 from orchestration.publish import latest_version
 from tests.dags.airflow_env import DAG_ID, airflow, airflow_env
+from tests.jobs import run_conf
+
+pytestmark = pytest.mark.slow  # whole DAG runs through Airflow
 
 
 def _conf(tmp_path, images, **overrides):
-    return {
-        "input_uri": str(images),
-        "output_root": str(tmp_path / "out"),
-        "model_root": str(tmp_path / "models"),
-        "model_name": "shapes",
-        "epochs": 12,
-        "num_workers": 2,
-        "accuracy_gate": 0.4,
-        **overrides,
-    }
+    """Long enough to learn the shapes, on 2 workers, behind a gate a guess fails."""
+    return run_conf(
+        tmp_path, images, **{"epochs": 12, "num_workers": 2, "accuracy_gate": 0.4, **overrides}
+    )
 
 
 def _tree_digest(root: Path) -> dict:

@@ -17,9 +17,11 @@ from pathlib import Path
 import pytest
 
 from beam_jobs import sample_data, shard_images
+from tests.jobs import IN_PROCESS
+
+pytestmark = pytest.mark.slow  # a GCS emulator server and the sharding job
 
 REPO = Path(__file__).resolve().parents[2]
-IN_PROCESS = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
 
 
 @pytest.fixture

@@ -151,6 +151,7 @@ def test_a_local_run_does_not_warn_about_a_dataflow_config_it_was_not_given(
     assert "dataflow_config is defined" not in logged
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("code", "final"), [(1, True), (2, True), (3, False), (-9, False)], ids=str
 )

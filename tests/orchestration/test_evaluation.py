@@ -19,6 +19,7 @@ def test_remote_launchers_ask_the_trainers_to_evaluate_and_local_does_not():
         assert train_flags({**DEFAULTS, "training_launcher": launcher})["evaluate"] is True
 
 
+@pytest.mark.slow
 def test_a_remote_runs_evaluation_is_read_without_tensorflow(tmp_path):
     train_dir = tmp_path / "train"
     train_dir.mkdir()

@@ -5,6 +5,8 @@ import sqlite3
 import subprocess
 import sys
 
+import pytest
+
 from orchestration import plots, progress, summary
 
 METRICS = {
@@ -76,6 +78,7 @@ def test_summary_says_in_one_line_when_nothing_readable_is_published(tmp_path, c
         assert capsys.readouterr().err == f"error: {message}\n"
 
 
+@pytest.mark.slow
 def test_progress_prints_each_task_start_and_end_until_the_run_exits(tmp_path):
     db = tmp_path / "airflow.db"
     with sqlite3.connect(db) as conn:

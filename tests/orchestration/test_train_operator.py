@@ -41,6 +41,7 @@ def _operator(tmp_path, launcher="local", options=None) -> TrainModelOperator:
 CONTEXT = {"ti": SimpleNamespace(stats_tags={}, xcom_push=lambda *_: None)}
 
 
+@pytest.mark.slow
 def test_a_typo_in_the_data_path_fails_the_task_once_with_the_trainers_line(tmp_path):
     """The real local launcher and trainer: exit 2 is not a retryable failure."""
     with pytest.raises(AirflowFailException) as raised:
@@ -77,6 +78,7 @@ def test_bad_training_options_fail_the_task_once(tmp_path):
         _operator(tmp_path, "kubernetes", {"gpus_per_worker": "two"}).execute(CONTEXT)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("code", "kind"),
     [(2, TrainingRefused), (75, TrainingPreempted), (1, TrainingFailed), (0, None)],

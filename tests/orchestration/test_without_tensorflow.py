@@ -10,8 +10,12 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from tests.dags.airflow_env import REPO
 from tests.orchestration.test_run_report import EVALUATION, METRICS
+
+pytestmark = pytest.mark.slow  # a subprocess without TensorFlow
 
 SCRIPT = textwrap.dedent(
     """

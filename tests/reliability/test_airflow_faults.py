@@ -21,6 +21,7 @@ import pytest
 from beam_jobs import sample_data
 from orchestration.publish import latest_version
 from tests.dags.airflow_env import DAG_ID, Standalone
+from tests.jobs import run_conf
 
 SECRET = "s3cr3t-imagepipe-7Qx9ZvL2"
 SECRET_ENV = {
@@ -53,16 +54,7 @@ def airflow(tmp_path, free_port):
 
 
 def _conf(tmp_path, images, **overrides):
-    return {
-        "input_uri": str(images),
-        "output_root": str(tmp_path / "out"),
-        "model_root": str(tmp_path / "models"),
-        "model_name": "shared",
-        "epochs": 2,
-        "num_workers": 1,
-        "accuracy_gate": 0.0,
-        **overrides,
-    }
+    return run_conf(tmp_path, images, **{"model_name": "shared", **overrides})
 
 
 def _xcoms(airflow, run_id) -> str:

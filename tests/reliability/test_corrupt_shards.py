@@ -9,6 +9,8 @@ import pytest
 from tests.dags.airflow_env import REPO
 from training.shards import ShardError, ShardSet
 
+pytestmark = pytest.mark.slow  # training runs
+
 
 @pytest.fixture
 def shards_copy(trainable_shards, tmp_path):

@@ -111,6 +111,7 @@ print(json.dumps({"reasons": reasons, "peak_growth_kb": after - before}))
 """
 
 
+@pytest.mark.slow
 def test_decompression_bombs_are_refused_from_the_header_with_bounded_memory():
     proc = subprocess.run(
         [sys.executable, "-c", PEAK_MEMORY_SCRIPT], capture_output=True, text=True, timeout=120

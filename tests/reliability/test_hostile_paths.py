@@ -14,15 +14,15 @@ from pathlib import Path
 import pytest
 import tensorflow as tf
 
-from beam_jobs import sample_data, shard_images
-from tests.beam_jobs.test_shard_images import IN_PROCESS
+from beam_jobs import sample_data
+from tests.jobs import IN_PROCESS, shard_job
 from training import features
 
 ALL_REJECTIONS_ALLOWED = ["--max-error-fraction", "1", *IN_PROCESS]
 
 
 def _run(input_path, output, *flags) -> int:
-    return shard_images.run(["--input", str(input_path), "--output", str(output), *flags])
+    return shard_job(input_path, output, *flags, in_process=False)
 
 
 def _stored(output) -> dict[str, str]:
@@ -92,11 +92,14 @@ def test_line_separators_and_any_unicode_in_names_go_through(tmp_path):
 @pytest.mark.parametrize(
     "mode",
     [
-        IN_PROCESS,
+        pytest.param(IN_PROCESS, id="in_process"),
         # worker processes: the plan crosses a process boundary as JSON
-        ["--direct_running_mode=multi_processing", "--direct_num_workers=2"],
+        pytest.param(
+            ["--direct_running_mode=multi_processing", "--direct_num_workers=2"],
+            id="worker_processes",
+            marks=pytest.mark.slow,
+        ),
     ],
-    ids=["in_process", "worker_processes"],
 )
 def test_file_and_folder_names_that_are_not_utf8_go_through(tmp_path, mode):
     """Linux names are bytes: a Latin-1 archive unpacked here has names no UTF-8 decoder
@@ -270,6 +273,7 @@ def _cli(module: str, *args) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module", ["beam_jobs.shard_images", "training.train"])
 def test_an_output_that_is_a_file_exits_2_in_one_line(tmp_path, sample_images, module):
     a_file = tmp_path / "out"
@@ -309,6 +313,7 @@ def test_an_output_holding_other_files_is_refused_and_left_as_it_was(
     assert _run(sample_images, killed) == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module", ["beam_jobs.shard_images", "training.train"])
 def test_an_output_name_that_is_not_utf8_exits_2_in_one_line(tmp_path, sample_images, module):
     """Beam's pipeline graph and TensorFlow's file API hold paths as UTF-8 text; a
@@ -325,6 +330,7 @@ def test_an_output_name_that_is_not_utf8_exits_2_in_one_line(tmp_path, sample_im
     assert not os.path.exists(output)
 
 
+@pytest.mark.slow
 def test_training_data_named_in_bytes_that_are_not_utf8_exits_2_in_one_line(tmp_path):
     data = os.fsencode(tmp_path) + b"/shards\xff"
     os.mkdir(data)

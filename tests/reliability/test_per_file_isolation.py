@@ -26,9 +26,9 @@ from PIL import Image, PngImagePlugin
 from beam_jobs import images, shard_images, transforms
 from beam_jobs.images import INTERNAL_ERROR, ImageRejected, prepare_image
 from stageconfig import exit_codes
+from tests.jobs import IN_PROCESS, shard_job
 from tests.reliability import hostile, image_modes
 
-IN_PROCESS = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
 KNOWN_REASONS = {"not_an_image", "truncated", "decode_failed", "too_many_pixels",
                  "unsupported_format", "empty_image", "empty_file"}  # fmt: skip
 
@@ -212,9 +212,7 @@ def test_an_exception_for_one_input_dead_letters_it_and_the_job_goes_on(
     inputs = _tree(tmp_path / "in", files)
     output = tmp_path / "out"
     with caplog.at_level(logging.WARNING):
-        code = shard_images.run(
-            ["--input", str(tmp_path / "in"), "--output", str(output), *IN_PROCESS]
-        )
+        code = shard_job(str(tmp_path / "in"), str(output))
     assert code == exit_codes.OK
     metadata = json.loads((output / "metadata.json").read_text())
     assert metadata["num_records"] == _stored_records(output) == inputs - 2
@@ -286,7 +284,7 @@ def test_a_failure_of_the_job_itself_exits_3_with_one_line_and_the_log(
     files = {f"{i}.png": hostile.encode(hostile.noise(8, 8, seed=i), "PNG") for i in range(6)}
     _tree(tmp_path / "in", files)
     output = tmp_path / "out"
-    code = shard_images.run(["--input", str(tmp_path / "in"), "--output", str(output), *IN_PROCESS])
+    code = shard_job(str(tmp_path / "in"), str(output))
     assert code == exit_codes.JOB_FAILED
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "Traceback" not in err

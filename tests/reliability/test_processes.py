@@ -6,11 +6,16 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from tests.dags.airflow_env import REPO
+
+pytestmark = pytest.mark.slow  # process trees
 
 PARENT = """
 import subprocess, sys, time
 from training.processes import die_with_parent
+
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
                          preexec_fn=die_with_parent())
 print(child.pid, flush=True)

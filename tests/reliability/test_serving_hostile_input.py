@@ -4,7 +4,11 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.dags.airflow_env import REPO
+
+pytestmark = pytest.mark.slow  # exports a model in a subprocess
 
 
 def test_serving_refuses_bombs_and_garbage_before_decoding(tmp_path):

@@ -4,8 +4,8 @@ import csv
 import json
 import os
 
-from beam_jobs import sample_data, shard_images
-from tests.beam_jobs.test_shard_images import IN_PROCESS
+from beam_jobs import sample_data
+from tests.jobs import shard_job
 
 UNSAFE = ["..", "../../escape", "a/b", "/etc/passwd", "ñandú 🐍", "con", "x\\y"]
 
@@ -21,10 +21,7 @@ def test_unsafe_label_names_are_kept_as_data_inside_the_output(tmp_path):
     output = tmp_path / "work" / "out"
     before = {p for p in tmp_path.rglob("*")}
 
-    code = shard_images.run(
-        ["--input", str(manifest), "--output", str(output), "--max-error-fraction", "0.5",
-         *IN_PROCESS]
-    )  # fmt: skip
+    code = shard_job(str(manifest), str(output), "--max-error-fraction", "0.5")  # fmt: skip
     assert code == 0
     created = {p for p in tmp_path.rglob("*")} - before
     outside = [p for p in created if not str(p).startswith(str(output) + os.sep) and p != output]

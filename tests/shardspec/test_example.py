@@ -113,6 +113,7 @@ def test_bool_is_not_an_int64_feature():
         spec.serialize_features({"flag": True})
 
 
+@pytest.mark.slow
 def test_the_sharding_job_does_not_import_tensorflow():
     # TensorFlow's import costs each Beam process ~9 s and ~500 MB: keep it out of them.
     code = (

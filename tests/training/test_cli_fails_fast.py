@@ -3,11 +3,16 @@
 import subprocess
 import sys
 
+import pytest
+
 from tests.dags.airflow_env import REPO
+
+pytestmark = pytest.mark.slow  # CLI subprocesses
 
 PROBE = """
 import sys
 from training import train
+
 code = train.main(sys.argv[1:])
 print("exit", code, "tensorflow loaded:", "tensorflow" in sys.modules)
 """

@@ -18,6 +18,8 @@ from training.config import TrainConfig
 from training.distribute import ClusterInfo
 from training.shards import ShardSet
 
+pytestmark = pytest.mark.slow  # training runs
+
 
 class Crash(Exception):
     pass

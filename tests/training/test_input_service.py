@@ -15,6 +15,8 @@ from training.config import ConfigError, parse_input_service
 from training.input_service import start_local, through_service
 from training.shards import ShardSet
 
+pytestmark = pytest.mark.slow  # tf.data service processes
+
 
 def _ids(files: list[str]) -> tf.data.Dataset:
     ds = tf.data.Dataset.from_tensor_slices(files)

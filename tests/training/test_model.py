@@ -5,11 +5,29 @@ from training.model import ARCHITECTURES, build_model
 
 
 @pytest.mark.parametrize("architecture", ARCHITECTURES)
-def test_every_architecture_builds_offline_and_returns_logits(architecture):
-    model = build_model(architecture, 32, 5)
-    out = model(np.zeros((2, 32, 32, 3), np.float32), training=False)
-    assert tuple(out.shape) == (2, 5)
-    assert out.dtype.name == "float32"
+def test_every_architecture_builds_offline_and_learns_a_fixed_batch(architecture):
+    """Logits per class that depend on the image, and that a few Adam steps on one batch
+    (dark images are class 0, bright ones class 1) fit: the model can learn at all."""
+    import keras
+    import tensorflow as tf
+
+    model = build_model(architecture, 32, 2)
+    rng = np.random.default_rng(0)
+    images = np.concatenate([rng.uniform(0, 0.2, (8, 32, 32, 3)),
+                             rng.uniform(0.8, 1, (8, 32, 32, 3))]).astype(np.float32)  # fmt: skip
+    labels = np.array([0] * 8 + [1] * 8)
+    out = model(images, training=False)
+    assert tuple(out.shape) == (16, 2) and out.dtype.name == "float32"
+    assert not np.array_equal(out[0], out[-1])  # the image reaches the logits
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    optimizer = keras.optimizers.Adam(1e-3)
+    before = float(loss_fn(labels, model(images, training=False)))
+    for _ in range(15):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(labels, model(images, training=True))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+    assert float(loss_fn(labels, model(images, training=True))) < 0.5 * before
 
 
 def test_unknown_architecture_is_a_clear_error():
@@ -109,6 +127,7 @@ print(json.dumps({
 """
 
 
+@pytest.mark.slow
 def test_packed_batch_norm_moments_are_global_and_take_one_all_reduce():
     """Two replicas with different inputs: each gets the moments of the whole batch,
     equal to Keras' own synchronised moments, from one all-reduce instead of three."""
@@ -146,6 +165,7 @@ print(json.dumps({"before": before, "after": replicas()}))
 """
 
 
+@pytest.mark.slow
 def test_local_batch_norm_statistics_differ_per_replica_until_averaged():
     """Local statistics: two replicas that saw different batches hold different moving
     statistics; one call of the averaging leaves both with their mean."""

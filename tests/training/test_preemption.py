@@ -9,7 +9,11 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from training.worker_env import PREEMPTED_EXIT_CODE
+
+pytestmark = pytest.mark.slow  # multi-process training
 
 
 def test_sigterm_to_one_worker_saves_everywhere_and_the_launcher_restarts_them(

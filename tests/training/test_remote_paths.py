@@ -12,11 +12,14 @@ gs://. Outputs stay local: ram:// cannot hold a SavedModel (its listing splits
 import json
 import posixpath
 
+import pytest
 import tensorflow as tf
 
 from training import train
 from training.evaluate import evaluate_saved_model
 from training.shards import ShardSet
+
+pytestmark = pytest.mark.slow  # a training run
 
 
 def copy_tree(source: str, target: str) -> None:

@@ -23,6 +23,8 @@ from training.distribute import ClusterInfo
 from training.export import EXTRA_DIR, LABELS_FILE
 from training.shards import ShardError, ShardSet
 
+pytestmark = pytest.mark.slow  # multi-process training
+
 # Chance is 1/4. With 16 epochs (~180 steps) runs of this configuration reach 0.7-0.9; the
 # order of the data differs run to run (2-worker scheduling), and a 10-epoch run was once
 # seen at 0.43 on held-out images. 0.5 still fails clearly for a model that learns nothing
