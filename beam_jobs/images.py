@@ -21,6 +21,7 @@ import hashlib
 import io
 import struct
 import warnings
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -235,9 +236,30 @@ def gif_largest_pixels(data: bytes) -> int:
 
 
 def _properly_terminated(data: bytes, source_format: str) -> bool:
-    if source_format == "PNG":  # the whole IEND chunk, CRC included (a cut one fools Pillow)
-        return b"\x00\x00\x00\x00IEND\xaeB`\x82" in data[-64:]
+    if source_format == "PNG":
+        return _png_chunks_end_at_iend(data)
     return b"\xff\xd9" in data[-4096:]  # JPEG EOI; some cameras append trailers after it
+
+
+def _png_chunks_end_at_iend(data: bytes) -> bool:
+    """Every chunk, walked from the signature, has a right CRC, and the first IEND ends
+    the file. Pillow's verify() lets a broken IEND CRC pass (found by fuzzing: an IEND
+    whose CRC a copied range overwrote, a whole IEND later in the file), and libpng, under
+    TensorFlow, refuses it; bytes after IEND are not proven either."""
+    pos = 8
+    while pos + 12 <= len(data):
+        (length,) = struct.unpack_from(">I", data, pos)
+        end = pos + 12 + length
+        if end > len(data):
+            return False
+        kind = data[pos + 4 : pos + 8]
+        (crc,) = struct.unpack_from(">I", data, end - 4)
+        if zlib.crc32(data[pos + 4 : end - 4]) != crc:
+            return False
+        if kind == b"IEND":
+            return end == len(data)
+        pos = end
+    return False
 
 
 def _decode_error(err: Exception) -> ImageRejected:

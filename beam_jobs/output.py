@@ -172,7 +172,7 @@ def copies_summary(groups: list[dict]) -> dict:
     }
 
 
-def publish(output: str, staging: str, metadata: dict, *, success: bool) -> None:
+def replace_output(output: str, staging: str, metadata: dict, *, success: bool) -> None:
     """Replace the previous output with the staged one; `_SUCCESS` last, if `success`."""
     # The readers' model of metadata.json is the contract: refuse, before touching the
     # previous output, to write a document they would refuse.

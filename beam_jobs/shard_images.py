@@ -255,7 +255,8 @@ def build_pipeline(
 def shard_images(
     config: ShardConfig, options: PipelineOptions, *, choose_local: bool = False
 ) -> ShardResult:
-    """Plan, run the pipeline, publish. Raises InputError / ErrorBudgetExceeded.
+    """Plan, run the pipeline, replace the output. Raises InputError, ErrorBudgetExceeded
+    or JobFailed.
 
     `choose_local`: on the local runner, pick one thread, a thread per core or a
     worker process per core by the planned number of images (what
@@ -280,8 +281,8 @@ def shard_images(
     try:
         with _stage("running the pipeline"):
             _run_pipeline(config, options, plan, staging, choose_local)
-        with _stage("publishing"):
-            metadata = _publish(config, plan, staging, key, describe_runner(options))
+        with _stage("writing the output"):
+            metadata = _finish_output(config, plan, staging, key, describe_runner(options))
     except JobFailed:
         _remove_staging(staging)
         raise
@@ -302,7 +303,7 @@ def _reuse(config: ShardConfig, found: tuple[str, dict], started: float) -> Shar
             f"{metadata['errors_by_reason']}. See {out.join(source, out.ERRORS_DIR)}."
         )
     if source.rstrip("/") != config.output.rstrip("/"):
-        out.publish(
+        out.replace_output(
             config.output,
             out.new_staging_dir(config.output),  # nothing staged: only the pointer
             {**metadata, "location": source},
@@ -338,7 +339,7 @@ def _run_pipeline(
         build_pipeline(pipeline, config, plan_path, staging, plan.shard_counts)
 
 
-def _publish(config: ShardConfig, plan, staging: str, key: str, runner: str) -> dict:
+def _finish_output(config: ShardConfig, plan, staging: str, key: str, runner: str) -> dict:
     """The staged run -> metadata.json, and the shards with `_SUCCESS` when within budget."""
     reports = out.read_json_lines(out.join(staging, "_reports"), "shards*")
     reports = out.complete_shards(staging, plan, reports, config)
@@ -360,7 +361,7 @@ def _publish(config: ShardConfig, plan, staging: str, key: str, runner: str) -> 
     metadata["status"] = "ok" if within_budget else "failed: too many rejected images"
     if key:
         metadata["fingerprint"] = key
-    out.publish(config.output, staging, metadata, success=within_budget)
+    out.replace_output(config.output, staging, metadata, success=within_budget)
     if key and within_budget:
         cache.record(config.cache_dir, key, config.output)
     return metadata

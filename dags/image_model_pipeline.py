@@ -121,7 +121,9 @@ def image_model_pipeline():
     def validate_shards() -> dict:
         from beam_jobs.validate import ShardValidationError
         from beam_jobs.validate import validate_shards as check
+        from orchestration.launchers import replicas_per_worker
         from shardspec.folder import MIN_CLASSES
+        from training.config import min_train_records
 
         context = get_current_context()
         params = context["params"]
@@ -130,7 +132,12 @@ def image_model_pipeline():
                 _paths(params, context["run_id"]).shards,
                 max_error_fraction=params["max_error_fraction"],
                 min_train_shards=params["num_workers"],
-                min_train_records=params["num_workers"] * params["per_replica_batch_size"],
+                # The trainer's own rule: one global batch of the replicas it will have.
+                min_train_records=min_train_records(
+                    params["per_replica_batch_size"],
+                    params["num_workers"]
+                    * replicas_per_worker(params["training_launcher"], params["training_options"]),
+                ),
                 min_classes=MIN_CLASSES,
                 verify_records=False,  # metadata and sizes; the job hashed what it wrote
             )

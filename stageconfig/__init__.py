@@ -32,6 +32,7 @@ __all__ = [
     "from_mapping",
     "local_path",
     "param",
+    "tagged",
     "text_name",
     "user_path",
 ]
@@ -51,6 +52,7 @@ class Spec:
     flag: str | None = None  # CLI name without dashes when it differs from the field's
     parse: Callable[[str], Any] | None = None  # CLI text -> value (for non-scalar fields)
     section: str = ""  # where the trigger form shows it
+    tags: tuple[str, ...] = ()  # what a stage says of the field ("resume": see training)
 
 
 def param(
@@ -65,9 +67,10 @@ def param(
     parse: Callable[[str], Any] | None = None,
     section: str = "",
     default_factory: Callable[[], Any] | None = None,
+    tags: tuple[str, ...] = (),
 ) -> Any:
     """A dataclass field carrying its `Spec`. No default means a required flag."""
-    spec = Spec(help, minimum, maximum, exclusive_minimum, choices, flag, parse, section)
+    spec = Spec(help, minimum, maximum, exclusive_minimum, choices, flag, parse, section, tags)
     if default_factory is not None:
         return dataclasses.field(default_factory=default_factory, metadata={"spec": spec})
     return dataclasses.field(default=default, metadata={"spec": spec})
@@ -80,6 +83,11 @@ def _fields(cls) -> list[tuple[dataclasses.Field, Spec, type]]:
         for f in dataclasses.fields(cls)
         if "spec" in f.metadata
     ]
+
+
+def tagged(cls, tag: str) -> tuple[str, ...]:
+    """The names of `cls`'s fields carrying `tag`, in declaration order."""
+    return tuple(field.name for field, spec, _ in _fields(cls) if tag in spec.tags)
 
 
 def flag_name(field: dataclasses.Field) -> str:

@@ -45,25 +45,12 @@ def scaled_learning_rate(learning_rate: float, global_batch: int) -> float:
     return learning_rate * (global_batch / REFERENCE_BATCH) ** 0.5
 
 
-# What a run's checkpoints depend on (its weights, optimizer state and input position),
-# as the trainer records them in its config.json: a run resumes only with these unchanged.
+# What a run's checkpoints depend on (its weights, optimizer state and input position): the
+# TrainConfig fields tagged RESUME, and what the trainer records beside them in its
+# config.json about the data and the cluster. A run resumes only with these unchanged;
 # --epochs may change (the run goes on to the new end), as may how the input is served.
-RESUME_KEYS = (
-    "shards_content",
-    "num_classes",
-    "architecture",
-    "image_size",
-    "batch_norm",
-    "num_workers",
-    "per_replica_batch_size",
-    "steps_per_epoch",
-    "learning_rate",
-    "seed",
-    "shuffle_buffer",
-    "augment",
-    "mixed_precision",
-    "synthetic_input",
-)
+RESUME = "resume"
+RESUME_RECORDED = ("shards_content", "num_classes", "num_workers")
 
 
 def resume_conflicts(saved: dict, now: dict) -> list[str]:
@@ -72,9 +59,19 @@ def resume_conflicts(saved: dict, now: dict) -> list[str]:
     (written by an older trainer) is not compared."""
     return [
         f"{key} {saved[key]!r} -> {now[key]!r}"
-        for key in RESUME_KEYS
+        for key in resume_keys()
         if key in saved and saved[key] != now.get(key)
     ]
+
+
+def resume_keys() -> tuple[str, ...]:
+    return RESUME_RECORDED + stageconfig.tagged(TrainConfig, RESUME)
+
+
+def min_train_records(per_replica_batch_size: int, replicas: int) -> int:
+    """The fewest train records a run needs: one global batch (steps drop the remainder,
+    so fewer gives an epoch of no step). The trainer and the DAG's pre-check both ask."""
+    return per_replica_batch_size * replicas
 
 
 CLUSTER_INPUT_SERVICE = "cluster"  # the TF_CONFIG cluster's `ps` task (Vertex AI's pool 2)
@@ -114,9 +111,15 @@ class TrainConfig:
         choices=ARCHITECTURES,
         help="Model, trained from scratch (nothing is downloaded)",
         section="Model",
+        tags=(RESUME,),
     )
     image_size: int = param(
-        64, minimum=16, maximum=1024, help="Square model input size in pixels", section="Model"
+        64,
+        minimum=16,
+        maximum=1024,
+        help="Square model input size in pixels",
+        section="Model",
+        tags=(RESUME,),
     )
     batch_norm: str = param(
         "local",
@@ -128,6 +131,7 @@ class TrainConfig:
         "per layer forward and one backward every step (for per-replica batches too small "
         "for stable statistics)",
         section="Model",
+        tags=(RESUME,),
     )
     epochs: int = param(30, minimum=1, maximum=10000, help="Training epochs", section="Training")
     per_replica_batch_size: int = param(
@@ -138,6 +142,7 @@ class TrainConfig:
         "global batch is this times the replicas, so each worker's share of a step stays the "
         "same as workers are added",
         section="Training",
+        tags=(RESUME,),
     )
     learning_rate: float = param(
         2e-3,
@@ -148,6 +153,7 @@ class TrainConfig:
         "batches scale it by the square root of the ratio. Warmed up over the first 5% of "
         "the steps, then cosine-decayed to 0",
         section="Training",
+        tags=(RESUME,),
     )
     checkpoint_every: int = param(
         50,
@@ -171,6 +177,7 @@ class TrainConfig:
         maximum=2**31 - 1,
         help="Seed for shuffling and initialisation",
         section="Training",
+        tags=(RESUME,),
     )
     cache: str = param(
         "auto",
@@ -187,17 +194,24 @@ class TrainConfig:
         section="Training",
     )
     shuffle_buffer: int = param(
-        1024, minimum=1, maximum=1 << 30, help="Shuffle buffer in images", section="Training"
+        1024,
+        minimum=1,
+        maximum=1 << 30,
+        help="Shuffle buffer in images",
+        section="Training",
+        tags=(RESUME,),
     )
     augment: bool = param(
         True,
         help="Random flip/crop/brightness augmentation (--no-augment disables it)",
         section="Training",
+        tags=(RESUME,),
     )
     mixed_precision: bool = param(
         False,
         help="float16 compute with loss scaling, on GPU (ignored with a warning on CPU)",
         section="Training",
+        tags=(RESUME,),
     )
     steps_per_epoch: int = param(
         0,
@@ -205,6 +219,7 @@ class TrainConfig:
         maximum=1 << 30,
         help="Steps per epoch; 0 = one pass over the training split",
         section="Training",
+        tags=(RESUME,),
     )
     input_service: str = param(
         "",
@@ -227,6 +242,7 @@ class TrainConfig:
         help="Diagnosis: train on one in-memory random batch repeated instead of the shards "
         "(validation still reads them), to measure how much time the input pipeline costs",
         section="Training",
+        tags=(RESUME,),
     )
 
     def __post_init__(self) -> None:

@@ -41,6 +41,7 @@ from training.config import (
     WARMUP_SHARE,
     ConfigError,
     TrainConfig,
+    min_train_records,
     parse_input_service,
     scaled_learning_rate,
 )
@@ -96,6 +97,14 @@ class Preempted(Exception):
 
 
 class Trainer:
+    """One worker's training run: the model and its compiled steps under the strategy,
+    the input, the loop with its checkpoints, the stop agreement between workers, and
+    the export. The run folder's files are RunFolder's (training/run_folder.py).
+
+    Every worker runs the same loop in the same order: a collective one worker skips
+    would hang the others, so anything that may run one (evaluation, saving, the stop
+    agreement) happens on every worker at the same step."""
+
     def __init__(
         self,
         config: TrainConfig,
@@ -112,7 +121,9 @@ class Trainer:
         if problem := too_few_classes(shard_set.folder.label_map):
             raise ShardError(f"{shard_set.directory}: {problem}")
         train_records = shard_set.num_records("train")
-        if train_records < self.global_batch_size:
+        if train_records < min_train_records(
+            config.per_replica_batch_size, strategy.num_replicas_in_sync
+        ):
             raise ShardError(
                 f"the train split has {train_records} records, fewer than one global batch "
                 f"({self.global_batch_size} = --per-replica-batch-size "
@@ -274,7 +285,7 @@ class Trainer:
         return train_steps
 
     @functools.cached_property
-    def _agree_to_stop(self):
+    def _sum_over_workers(self):
         """Whether any worker was told to stop: one scalar all-reduce, called between
         calls into the training graph (so every `steps_per_call` steps), so all workers
         stop at the same step; a worker stopping alone would hang the others'
@@ -298,10 +309,10 @@ class Trainer:
         """Return when every worker has called this: the last thing each worker does, so
         none exits while the chief still exports or evaluates (TensorFlow's coordination
         service would report the early one as crashed, an ERROR line in a healthy run)."""
-        self._all_agree_to_stop()
+        self._any_worker_stopping()
 
-    def _all_agree_to_stop(self) -> bool:
-        return float(self._agree_to_stop(tf.constant(float(self.stop_requested)))) > 0
+    def _any_worker_stopping(self) -> bool:
+        return float(self._sum_over_workers(tf.constant(float(self.stop_requested)))) > 0
 
     def _preempted(self, step: int) -> None:
         """Called on every worker at the same step, after the checkpoint of that step."""
@@ -496,7 +507,7 @@ class Trainer:
                 saved = step % every == 0
                 if saved:
                     self.save_checkpoint()
-                if self._all_agree_to_stop():
+                if self._any_worker_stopping():
                     if not saved:
                         self.save_checkpoint()
                     self._preempted(step)
@@ -525,7 +536,7 @@ class Trainer:
             if self.cluster.is_chief:
                 self.folder.write_history(history, self.resumed_from_step, self.diagnosis)
             self.save_checkpoint()
-            if step < self.total_steps and self._all_agree_to_stop():
+            if step < self.total_steps and self._any_worker_stopping():
                 self._preempted(step)
             with writer.as_default(step=step):
                 for key, value in vars(metrics).items():

@@ -99,6 +99,18 @@ def launcher_options(launcher: str, options: dict):
         raise LauncherConfigError(f"{err} for the {launcher!r} launcher") from None
 
 
+def replicas_per_worker(launcher: str, options: dict) -> int:
+    """Replicas each worker trains (a GPU each, else one): the global batch is the
+    per-replica batch times the workers times this. 1 when the options are not valid
+    (the train task refuses them in one line)."""
+    try:
+        typed = launcher_options(launcher, options)
+    except LauncherConfigError:
+        return 1
+    gpus = getattr(typed, "gpus_per_worker", 0) or getattr(typed, "accelerator_count", 0)
+    return max(1, gpus)
+
+
 def _module(launcher: str):
     import importlib
 

@@ -15,6 +15,6 @@ def test_a_document_the_readers_would_refuse_is_not_written_and_the_old_output_s
     staging = out.new_staging_dir(str(previous))
     bad = {"schema_version": 1, "label_map": {"cat": "not a number"}, "splits": {}}
     with pytest.raises(MetadataError, match="malformed"):
-        out.publish(str(previous), staging, bad, success=True)
+        out.replace_output(str(previous), staging, bad, success=True)
     assert (previous / METADATA).read_text() == '{"old": true}'
     assert (previous / SUCCESS).exists()

@@ -209,3 +209,24 @@ def test_kubernetes_options_are_type_checked_in_one_line(options, message):
 def test_a_failed_vertex_job_is_mapped_by_its_replicas_exit_status(message, kind, code):
     failure = vertex.failure_from_error(message)
     assert (type(failure).__name__, failure.code) == (kind, code)
+
+
+@pytest.mark.parametrize(
+    ("launcher", "options", "replicas"),
+    [
+        ("local", {}, 1),
+        ("kubernetes", {"gpus_per_worker": 4}, 4),
+        ("kubernetes", {}, 1),
+        ("vertex", {"project": "p", "region": "r", "accelerator_count": 2}, 2),
+        ("kubernetes", {"gpus_per_worker": "two"}, 1),  # refused later, by the train task
+    ],
+)
+def test_the_dags_batch_pre_check_counts_the_replicas_the_trainer_will_have(
+    launcher, options, replicas
+):
+    from orchestration.launchers import replicas_per_worker
+    from training.config import min_train_records
+
+    assert replicas_per_worker(launcher, options) == replicas
+    # 2 workers of 32 images a replica: one global batch is what the trainer needs.
+    assert min_train_records(32, 2 * replicas) == 64 * replicas

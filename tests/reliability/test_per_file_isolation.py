@@ -152,6 +152,17 @@ def test_a_jpeg_whose_exif_block_is_broken_is_stored_unrotated():
     assert image.encoded == broken  # nothing to change: stored as it is
 
 
+def test_a_png_whose_first_iend_is_broken_is_reencoded_not_stored_as_is():
+    """A copied range overwrote the IEND chunk's CRC and left a whole IEND later: Pillow
+    reads and verifies it, libpng (TensorFlow) refuses it. Found by the fuzz test."""
+    png = hostile.encode(hostile.noise(12, 9, seed=4), "PNG")
+    broken = png[:-3] + b"\x00garbage" + png[-40:]  # IEND's CRC cut, a whole IEND at the end
+    image = prepare_image(broken)
+    assert image.reencoded and image.encoded != broken
+    decoded = tf.io.decode_image(image.encoded, channels=3, expand_animations=False)
+    assert decoded.shape == (9, 12, 3)
+
+
 def _tree(root, files: dict[str, bytes], seed: int = 0) -> int:
     """Files shuffled over three label folders (one nested a level down); -> count."""
     rng = random.Random(seed)
