@@ -118,45 +118,58 @@ def prepare_image(data: bytes, *, max_side: int = 0, max_pixels: int = MAX_PIXEL
     """
     if not data:
         raise ImageRejected("empty_file")
-    with step("probe"):
-        image, source_format = _open(data, max_pixels)
-    with step("decode"):
-        try:
-            image.load()  # full decode: catches truncated and corrupt data
-        except Exception as err:
-            raise _decode_error(err) from None
+    steps = _Steps()
+    try:
+        return _prepare(data, max_side, max_pixels, steps)
+    except ImageRejected:
+        raise
+    except Exception as err:  # one `try` per image, not one per step: this is the hot path
+        raise internal_error(steps.current, err) from err
+
+
+class _Steps:
+    current = "probe"
+
+
+def _prepare(data: bytes, max_side: int, max_pixels: int, steps: _Steps) -> PreparedImage:
+    image, source_format = _open(data, max_pixels)
+    steps.current = "decode"
+    try:
+        image.load()  # full decode: catches truncated and corrupt data
+    except Exception as err:
+        raise _decode_error(err) from None
 
     changed = False
-    with step("orient"):
-        if _exif_orientation(image) != 1:
-            # Store upright pixels: TensorFlow's decoders ignore EXIF orientation.
-            image, changed = ImageOps.exif_transpose(image), True
+    steps.current = "orient"
+    if _exif_orientation(image) != 1:
+        # Store upright pixels: TensorFlow's decoders ignore EXIF orientation.
+        image, changed = ImageOps.exif_transpose(image), True
 
-    with step("convert"):
-        if image.mode not in PASSTHROUGH_MODES or "transparency" in image.info:
-            image, changed = flatten_to_rgb(image), True
+    steps.current = "convert"
+    if image.mode not in PASSTHROUGH_MODES or "transparency" in image.info:
+        image, changed = flatten_to_rgb(image), True
 
-    with step("resize"):
-        if max_side and max(image.size) > max_side:
-            scale = max_side / max(image.size)
-            size = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
-            image, changed = image.resize(size, Image.Resampling.LANCZOS), True
+    steps.current = "resize"
+    if max_side and max(image.size) > max_side:
+        scale = max_side / max(image.size)
+        size = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
+        image, changed = image.resize(size, Image.Resampling.LANCZOS), True
 
     target_format = ACCEPTED_FORMATS[source_format]
-    with step("check"):
-        if not changed and not _proven(data, source_format):
-            changed = True  # store what Pillow decoded, re-encoded
+    steps.current = "check"
+    if not changed and not _proven(data, source_format):
+        changed = True  # store what Pillow decoded, re-encoded
 
-    with step("encode"):
-        encoded = _encode(image, target_format) if changed else data
-        return PreparedImage(
-            encoded=encoded,
-            image_format=target_format,
-            height=image.height,
-            width=image.width,
-            sha256=hashlib.sha256(encoded).hexdigest(),
-            reencoded=changed,
-        )
+    steps.current = "encode"
+    encoded = _encode(image, target_format) if changed else data
+    return PreparedImage(
+        encoded=encoded,
+        image_format=target_format,
+        height=image.height,
+        width=image.width,
+        sha256=hashlib.sha256(encoded).hexdigest(),
+        reencoded=changed,
+    )
 
 
 def _open(data: bytes, max_pixels: int) -> tuple[Image.Image, str]:

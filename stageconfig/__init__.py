@@ -6,7 +6,10 @@ A stage's config is a frozen dataclass whose fields are made with `param()`.
 and `from_args()` build and read the stage's argparse flags, and
 `dag_param_fields()` returns the keyword arguments of an Airflow `Param` (JSON
 schema) for a field, so the CLI, the config and the trigger form cannot
-disagree. Imports only the standard library: DAG files import it at parse time.
+disagree. `from_mapping()` builds a config from a JSON object (a DAG Param such as
+`training_options`) with the same checks, and `tagged()` lists the fields a stage
+marked (the trainer's resume keys). `exit_codes.py` says what each stage's exit
+code means. Imports only the standard library: DAG files import it at parse time.
 """
 
 from __future__ import annotations

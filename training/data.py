@@ -10,6 +10,7 @@ no augmentation). Everything per element runs as TensorFlow graph ops.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import sys
 import time
@@ -19,6 +20,7 @@ import tensorflow as tf
 
 from stageconfig import user_path
 from training import features
+from training.config import TrainConfig
 from training.shards import ShardError, ShardSet
 
 log = logging.getLogger(__name__)
@@ -28,15 +30,33 @@ MIN_CROP_SCALE = 0.8  # random crops keep at least this fraction of each side
 BRIGHTNESS_DELTA = 0.15
 
 
+def _trainer_default(name: str):
+    """The TrainConfig default of `name`: its one definition (type, default, help)."""
+    return next(f.default for f in dataclasses.fields(TrainConfig) if f.name == name)
+
+
 @dataclass(frozen=True)
 class InputOptions:
-    image_size: int = 64
-    shuffle_buffer: int = 1024
-    cycle_length: int = 4
-    cache: str = "auto"  # "auto", "" (none), "memory", or a file path prefix
-    cache_budget_mb: int = 1024  # "auto" caches in memory when the decoded images fit
-    augment: bool = True
-    seed: int = 0
+    """What the input pipeline takes of the trainer's config (TrainConfig defines each)."""
+
+    image_size: int = _trainer_default("image_size")
+    shuffle_buffer: int = _trainer_default("shuffle_buffer")
+    cycle_length: int = 4  # files read at once: not a user's setting
+    cache: str = _trainer_default("cache")
+    cache_budget_mb: int = _trainer_default("cache_budget_mb")
+    augment: bool = _trainer_default("augment")
+    seed: int = _trainer_default("seed")
+
+    @classmethod
+    def from_config(cls, config: TrainConfig) -> InputOptions:
+        return cls(
+            image_size=config.image_size,
+            shuffle_buffer=config.shuffle_buffer,
+            cache=config.cache,
+            cache_budget_mb=config.cache_budget_mb,
+            augment=config.augment,
+            seed=config.seed,
+        )
 
 
 def shard_files(files: list[str], num_pipelines: int, pipeline_id: int) -> tuple[list[str], bool]:
@@ -280,8 +300,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--split", default="train", help="Split to read (default train).")
     parser.add_argument("--batch-size", type=int, default=64, help="Batch size (default 64).")
-    parser.add_argument("--image-size", type=int, default=64, help="Model input size (default 64).")
+    image_size = _trainer_default("image_size")
+    parser.add_argument(
+        "--image-size",
+        type=int,
+        default=image_size,
+        help=f"Model input size (default {image_size}).",
+    )
     parser.add_argument("--batches", type=int, default=50, help="Batches to time (default 50).")
+    # Not the trainer's "auto": this measures the pipeline decoding every batch.
     parser.add_argument("--cache", default="", help='"memory", a file prefix, or "" (default).')
     parser.add_argument("--no-augment", action="store_true", help="Time without augmentation.")
     args = parser.parse_args(argv)

@@ -97,3 +97,66 @@ def advice(
             f"training {images_per_second:.0f})"
         )
     )
+
+
+class InputDiagnosis:
+    """One run's diagnosis: the step cost without input (once per process, on every
+    worker: the probe runs collectives) and the decode ceiling (the chief), then each
+    epoch's input-wait share and one sentence of advice. `report` goes to the metrics."""
+
+    def __init__(
+        self,
+        *,
+        measure_compute_step,
+        shard_set: ShardSet,
+        is_chief: bool,
+        num_workers: int,
+        image_size: int,
+        global_batch_size: int,
+        input_options,
+    ):
+        self._measure_compute_step = measure_compute_step
+        self.shards, self.is_chief, self.num_workers = shard_set, is_chief, num_workers
+        self.image_size, self.global_batch_size = image_size, global_batch_size
+        self.input_options = input_options
+        self._compute_step_seconds: float | None = None
+        self.report: dict = {}
+
+    def observe(self, metrics, first_in_process: bool) -> None:
+        """Fill the epoch's `input_wait_share`; the first time, probe and measure."""
+        from training.data import cache_choice
+
+        if self._compute_step_seconds is None:
+            self._compute_step_seconds = self._measure_compute_step()
+            ceiling = decode_ceiling(self.shards, self.image_size) if self.is_chief else None
+            self.report = {
+                "compute_step_ms": 1000 * self._compute_step_seconds,
+                "decode_ceiling_images_per_second_per_worker": ceiling,
+            }
+        steps = metrics.images_per_second * metrics.seconds / self.global_batch_size
+        share = input_wait_share(metrics.seconds / steps, self._compute_step_seconds)
+        # The first epoch of a process also pays for tracing and warming up (and fills the
+        # cache): its share would mostly measure that, so it is left out.
+        if first_in_process:
+            self.report.setdefault(
+                "advice", "one epoch only: train 2 or more epochs to measure the input wait"
+            )
+            return
+        metrics.input_wait_share = share
+        ceiling = self.report.get("decode_ceiling_images_per_second_per_worker")
+        if ceiling:
+            # The same choice build_dataset made for this worker's share of the records.
+            records = -(-self.shards.num_records("train") // self.num_workers)
+            cached = bool(cache_choice(self.input_options, records, quiet=True))
+            self.report.update(
+                input_wait_share=share,
+                advice=advice(
+                    share,
+                    images_per_second=metrics.images_per_second,
+                    ceiling_per_worker=ceiling,
+                    num_workers=self.num_workers,
+                    image_size=self.image_size,
+                    max_side=self.shards.folder.max_side,
+                    cached=cached,
+                ),
+            )

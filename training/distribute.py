@@ -109,3 +109,35 @@ def _trainers_only(cluster: ClusterInfo):
         task_id=cluster.task_index,
         rpc_layer="grpc",
     )
+
+
+class StopAgreement:
+    """Whether any worker was told to stop, agreed by all: one scalar all-reduce, asked
+    between calls into the training graph (every `steps_per_call` steps), so every
+    worker stops at the same step; a worker stopping alone would hang the others'
+    collectives. TF's PreemptionCheckpointHandler does this through the coordination
+    service but does nothing on CPU machines on GCP, where our CPU workers run.
+
+    Asked once more at the very end, it is also the barrier that keeps a worker from
+    exiting while the chief still exports or evaluates (TensorFlow's coordination
+    service would report the early one as crashed)."""
+
+    def __init__(self, cluster: ClusterInfo, strategy: tf.distribute.Strategy):
+        self.requested = False  # set from the SIGTERM handler
+        if not cluster.multi_worker:
+            self._sum = lambda flag: flag
+            return
+
+        @tf.function
+        def sum_over_workers(flag):
+            per_replica = strategy.run(tf.identity, args=(flag,))
+            return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+        self._sum = sum_over_workers
+
+    def request(self) -> None:
+        self.requested = True
+
+    def any_worker_stopping(self) -> bool:
+        """Every worker must call this at the same point of the run."""
+        return float(self._sum(tf.constant(float(self.requested)))) > 0

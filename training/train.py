@@ -14,10 +14,14 @@ worker saved a checkpoint; start them again).
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import signal
 import sys
 
+from runspec.layout import EVALUATION
 from shardspec.folder import LOCAL_FILES, check_folder
+from stageconfig import exit_codes
 from training import config as train_config
 
 
@@ -43,10 +47,102 @@ def main(argv: list[str] | None = None) -> int:
         _, problems = check_folder(config.data, LOCAL_FILES)
         if problems:
             print(f"error: {config.data}: {'; '.join(problems[:5])}", file=sys.stderr)
-            return 2
-    from training.trainer import run  # TensorFlow loads here
-
+            return exit_codes.BAD_INPUT
     return run(config)
+
+
+def run(config: train_config.TrainConfig) -> int:
+    """Train and export as this process's worker; the CLI's exit code (stageconfig/
+    exit_codes.py): 2 for bad parameters or unusable shards (one line naming what), 75
+    when preempted after a checkpoint every worker agreed on."""
+    import tensorflow as tf  # here, not at import: the checks above run without it
+
+    from training.distribute import cluster_from_env, make_strategy
+    from training.shards import ShardError, ShardSet
+    from training.trainer import Preempted, Trainer
+
+    try:
+        cluster = cluster_from_env()
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return exit_codes.BAD_INPUT
+    # The strategy first: MultiWorkerMirroredStrategy must exist before other TF ops.
+    strategy = make_strategy(cluster)
+    try:
+        shard_set = ShardSet.open(config.data)
+        trainer = Trainer(config, cluster, strategy, shard_set)
+        trainer.folder.check_resumable(trainer.effective_config())
+    except (ShardError, train_config.ConfigError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return exit_codes.BAD_INPUT
+    log = logging.getLogger("training.train")
+    log.info(
+        "%s: %d steps (%d epochs x %d), global batch %d, %s, %d classes",
+        cluster.name,
+        trainer.total_steps,
+        config.epochs,
+        trainer.steps_per_epoch,
+        trainer.global_batch_size,
+        config.architecture,
+        shard_set.num_classes,
+    )
+    # SIGTERM (preemption, eviction, a launcher stopping us) asks for a clean stop: every
+    # worker saves at the next step boundary they agree on, then exits to be restarted.
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: trainer.request_stop())
+    try:
+        history = trainer.run()
+    except Preempted:
+        return exit_codes.PREEMPTED
+    except tf.errors.DataLossError as err:  # a record's CRC or length did not check out
+        corrupt = shard_set.corrupt_files()
+        named = (
+            ", ".join(corrupt) if corrupt else "no shard differs from its sha256 (a read error?)"
+        )
+        print(
+            f"error: corrupt shard data in {config.data} ({err.message.splitlines()[0]}); "
+            f"corrupt: {named}; rerun the sharding job",
+            file=sys.stderr,
+        )
+        return exit_codes.BAD_INPUT
+    except tf.errors.InvalidArgumentError as err:
+        # A stored record the decoder refuses (the sharding job stores only what it proved
+        # decodable, so: shards from elsewhere, or a decoder change). Name it, one line.
+        bad = shard_set.undecodable_records(config.image_size)
+        if not bad:
+            raise  # not a record's fault: a real bug, keep its traceback
+        print(
+            f"error: records in {config.data} that cannot be decoded "
+            f"({err.message.strip().splitlines()[0][:200]}): {'; '.join(bad)}; "
+            "reshard the images or remove these records",
+            file=sys.stderr,
+        )
+        return exit_codes.BAD_INPUT
+    log.info("%s: final weights fingerprint %s", cluster.name, trainer.task.weights_fingerprint())
+    if advice := trainer.diagnosis.report.get("advice"):
+        log.info("input diagnosis: %s", advice)
+    path = trainer.export(history)
+    if path and config.evaluate:
+        from training.evaluate import evaluate_saved_model, write_evaluation
+
+        evaluation = evaluate_saved_model(path, config.data)
+        written = trainer.folder.path(EVALUATION)
+        write_evaluation(evaluation, written)
+        log.info(
+            "held-out accuracy %.3f on %d %s images -> %s",
+            evaluation["accuracy"],
+            evaluation["num_examples"],
+            evaluation["split"],
+            written,
+        )
+    trainer.wait_for_all_workers()
+    if path:
+        final = history[-1] if history else {}
+        print(
+            json.dumps(
+                {"model": path, "metrics": final, "resumed_from_step": trainer.resumed_from_step}
+            )
+        )
+    return 0
 
 
 def configure_logging() -> None:

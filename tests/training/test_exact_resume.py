@@ -17,6 +17,7 @@ from training import train
 from training.config import TrainConfig
 from training.distribute import ClusterInfo
 from training.shards import ShardSet
+from training.task import ImageTask
 
 pytestmark = pytest.mark.slow  # training runs
 
@@ -26,15 +27,15 @@ class Crash(Exception):
 
 
 def _recording_steps(seen: dict[int, list[str]], crash_after: int | None):
-    def steps_fn(trainer: train.Trainer):
+    def steps_fn(task: ImageTask):
         def train_steps(iterator, num_steps):
             for _ in range(int(num_steps)):
                 images, _ = next(iterator)
-                step = int(trainer.step.numpy())
+                step = int(task.step.numpy())
                 seen[step] = sorted(
                     hashlib.sha1(image.tobytes()).hexdigest() for image in images.numpy()
                 )
-                trainer.step.assign_add(1)
+                task.step.assign_add(1)
                 if step + 1 == crash_after:
                     raise Crash
 
@@ -44,7 +45,7 @@ def _recording_steps(seen: dict[int, list[str]], crash_after: int | None):
 
 
 def _run(config: TrainConfig, monkeypatch, seen: dict, crash_after: int | None = None) -> int:
-    monkeypatch.setattr(train.Trainer, "_train_steps_fn", _recording_steps(seen, crash_after))
+    monkeypatch.setattr(ImageTask, "train_steps_fn", _recording_steps(seen, crash_after))
     trainer = train.Trainer(
         config,
         ClusterInfo("worker", 0, 1),
@@ -105,17 +106,17 @@ def test_a_stop_asked_for_in_an_epochs_last_step_lets_that_epoch_finish(
     )  # fmt: skip
     per_epoch = ShardSet.open(trainable_shards).num_records("train") // 16
 
-    def steps_fn(trainer: train.Trainer):
+    def steps_fn(task: ImageTask):
         def train_steps(iterator, num_steps):
             for _ in range(int(num_steps)):
                 next(iterator)
-                trainer.step.assign_add(1)
-                if int(trainer.step.numpy()) == per_epoch:
+                task.step.assign_add(1)
+                if int(task.step.numpy()) == per_epoch:
                     trainer.request_stop()  # as the SIGTERM handler does
 
         return train_steps
 
-    monkeypatch.setattr(train.Trainer, "_train_steps_fn", steps_fn)
+    monkeypatch.setattr(ImageTask, "train_steps_fn", steps_fn)
     strategy = tf.distribute.get_strategy()
     trainer = train.Trainer(
         config, ClusterInfo("worker", 0, 1), strategy, ShardSet.open(config.data)
