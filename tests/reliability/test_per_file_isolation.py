@@ -111,6 +111,9 @@ def _mutate(data: bytes, rng: random.Random, kinds: list[str]) -> bytes:
     max_examples=400,
     deadline=dt.timedelta(seconds=10),
     suppress_health_check=[HealthCheck.too_slow],
+    # The same 400 cases every run: a new class found by exploring gets its own test and
+    # rule (as the broken EXIF and IEND cases did), rather than failing a random CI run.
+    derandomize=True,
 )
 @given(
     name=st.sampled_from(sorted(SOURCES)),
