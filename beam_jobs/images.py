@@ -307,19 +307,13 @@ def flatten_to_rgb(image: Image.Image) -> Image.Image:
     composite onto white (BACKGROUND). A `transparency` entry that means nothing for the
     mode (a tuple on a palette, bytes on grey) is ignored, as decoders ignore it.
     """
-    alpha = _alpha(image)
-    if image.mode in _WITH_ALPHA:
-        opaque = image.convert(_WITH_ALPHA[image.mode]).convert(
-            "L" if _WITH_ALPHA[image.mode] == "LA" else "RGB"
-        )
-    elif image.mode in _GREY_SCALE:
-        opaque = _grey_to_8bit(image)
-    elif "transparency" in image.info:  # P or RGB: `alpha` has it; Pillow would apply it
-        plain = image.copy()
-        del plain.info["transparency"]
-        opaque = plain.convert("RGB")
-    else:  # P, RGB, CMYK, YCbCr, LAB, HSV
-        opaque = image.convert("RGB")
+    if image.mode in _WITH_ALPHA:  # one conversion to straight alpha serves both
+        straight = image.convert(_WITH_ALPHA[image.mode])
+        alpha = straight.getchannel("A")
+        opaque = straight.convert("L" if straight.mode == "LA" else "RGB")
+    else:
+        alpha = _transparency_mask(image)
+        opaque = _opaque_8bit(image)
     # A new image, so nothing of the source's info (its `transparency`) is saved with it.
     flat = Image.new(
         opaque.mode, opaque.size, BACKGROUND if opaque.mode == "L" else (BACKGROUND,) * 3
@@ -328,11 +322,21 @@ def flatten_to_rgb(image: Image.Image) -> Image.Image:
     return flat
 
 
-def _alpha(image: Image.Image) -> Image.Image | None:
-    """The image's opacity as an "L" mask (255 opaque), or None when all is opaque."""
+def _opaque_8bit(image: Image.Image) -> Image.Image:
+    """A mode without an alpha band as 8-bit grey or RGB, its transparency ignored."""
+    if image.mode in _GREY_SCALE:
+        return _grey_to_8bit(image)
+    if "transparency" in image.info:  # P or RGB: the mask has it; Pillow would apply it
+        plain = image.copy()
+        del plain.info["transparency"]
+        return plain.convert("RGB")
+    return image.convert("RGB")  # P, RGB, CMYK, YCbCr, LAB, HSV
+
+
+def _transparency_mask(image: Image.Image) -> Image.Image | None:
+    """Opacity from a `transparency` entry or palette alpha, as an "L" mask (255 opaque);
+    None when all is opaque. Modes with an alpha band are flatten_to_rgb's own case."""
     mode = image.mode
-    if mode in _WITH_ALPHA:
-        return image.convert(_WITH_ALPHA[mode]).getchannel("A")
     transparency = image.info.get("transparency")
     if mode == "P":
         palette_alpha = image.palette is not None and image.palette.mode == "RGBA"

@@ -282,13 +282,13 @@ def shard_images(
         with _stage("running the pipeline"):
             _run_pipeline(config, options, plan, staging, choose_local)
         with _stage("writing the output"):
-            metadata = _finish_output(config, plan, staging, key, describe_runner(options))
+            metadata, problem = _finish_output(config, plan, staging, key, describe_runner(options))
     except JobFailed:
         _remove_staging(staging)
         raise
-    result = ShardResult(config.output, metadata, time.monotonic() - started)
-    _raise_unless_within_budget(config, metadata)
-    return result
+    if problem:
+        raise ErrorBudgetExceeded(problem)
+    return ShardResult(config.output, metadata, time.monotonic() - started)
 
 
 def _reuse(config: ShardConfig, found: tuple[str, dict], started: float) -> ShardResult:
@@ -339,8 +339,11 @@ def _run_pipeline(
         build_pipeline(pipeline, config, plan_path, staging, plan.shard_counts)
 
 
-def _finish_output(config: ShardConfig, plan, staging: str, key: str, runner: str) -> dict:
-    """The staged run -> metadata.json, and the shards with `_SUCCESS` when within budget."""
+def _finish_output(
+    config: ShardConfig, plan, staging: str, key: str, runner: str
+) -> tuple[dict, str]:
+    """The staged run -> metadata.json, and the shards with `_SUCCESS` when within budget;
+    -> (metadata, why it is not within budget or "")."""
     reports = out.read_json_lines(out.join(staging, "_reports"), "shards*")
     reports = out.complete_shards(staging, plan, reports, config)
     errors = out.read_json_lines(out.join(staging, out.ERRORS_DIR), "*")
@@ -357,14 +360,15 @@ def _finish_output(config: ShardConfig, plan, staging: str, key: str, runner: st
             internal,
             out.join(config.output, out.ERRORS_DIR),
         )
-    within_budget = _budget_problem(config, metadata) == ""
+    problem = _budget_problem(config, metadata)
+    within_budget = not problem
     metadata["status"] = "ok" if within_budget else "failed: too many rejected images"
     if key:
         metadata["fingerprint"] = key
     out.replace_output(config.output, staging, metadata, success=within_budget)
     if key and within_budget:
         cache.record(config.cache_dir, key, config.output)
-    return metadata
+    return metadata, problem
 
 
 def _budget_problem(config: ShardConfig, metadata: dict) -> str:
@@ -388,11 +392,6 @@ def _budget_problem(config: ShardConfig, metadata: dict) -> str:
             f"See {where} for each file; no _SUCCESS written."
         )
     return ""
-
-
-def _raise_unless_within_budget(config: ShardConfig, metadata: dict) -> None:
-    if problem := _budget_problem(config, metadata):
-        raise ErrorBudgetExceeded(problem)
 
 
 def _remove_staging(staging: str) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 
-from stageconfig import ConfigError, exit_codes
+from stageconfig import ConfigError, exit_codes, from_mapping
 from training.config import parse_input_service
 
 LAUNCHERS = ("local", "kubernetes", "vertex")
@@ -88,8 +88,6 @@ def dns_name(text: str) -> str:
 
 def launcher_options(launcher: str, options: dict):
     """The launcher's typed options from the DAG's `training_options` (one-line errors)."""
-    from stageconfig import from_mapping
-
     if launcher not in LAUNCHERS:
         raise LauncherConfigError(f"unknown training launcher {launcher!r}; one of {LAUNCHERS}")
     module = _module(launcher)

@@ -28,9 +28,7 @@ from beam_jobs.images import INTERNAL_ERROR, ImageRejected, prepare_image
 from stageconfig import exit_codes
 from tests.jobs import IN_PROCESS, shard_job
 from tests.reliability import hostile, image_modes
-
-KNOWN_REASONS = {"not_an_image", "truncated", "decode_failed", "too_many_pixels",
-                 "unsupported_format", "empty_image", "empty_file"}  # fmt: skip
+from tests.reliability.test_hostile_images import REASONS
 
 
 def _png_chunk(kind: bytes, body: bytes) -> bytes:
@@ -131,7 +129,7 @@ def test_a_mutated_file_of_any_format_is_stored_decodable_or_rejected(name, seed
     except ImageRejected as rejected:
         # internal_error keeps the job going, but here it would be a class of input no
         # check foresaw (a broken EXIF block was one): name it, give it its own rule.
-        assert rejected.reason in KNOWN_REASONS, rejected
+        assert rejected.reason in REASONS, rejected
         return
     decoded = tf.io.decode_image(image.encoded, channels=3, expand_animations=False)
     assert decoded.shape == (image.height, image.width, 3)
