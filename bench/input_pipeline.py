@@ -28,7 +28,8 @@ import tensorflow as tf
 
 from bench import common
 from training import features
-from training.data import InputOptions, build_dataset, measure_throughput
+from training.config import DataConfig
+from training.data import build_dataset, measure_throughput
 from training.diagnosis import decode_ceiling_dataset
 from training.shards import ShardSet
 
@@ -40,7 +41,7 @@ def pipeline_dataset(shards: Path, batch_size: int, image_size: int) -> tf.data.
         batch_size=batch_size,
         training=True,
         compression_type=shard_set.compression_type,
-        options=InputOptions(image_size=image_size),
+        options=DataConfig(image_size=image_size),
     )
 
 

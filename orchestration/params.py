@@ -3,7 +3,7 @@
 A stage parameter (max_side, epochs, ...) is defined once, in its stage's
 config (`beam_jobs/config.py`, `training/config.py`); its Param here is derived
 from that definition. Only run-level parameters (where outputs go, how many
-workers, the launcher) are defined in this module. Rules that span stages are
+workers, the launcher) are defined in this module, as `RunConfig`. Rules that span stages are
 checked by `check_run()` before the first stage starts, instead of deep inside
 the training workers after sharding has run.
 """
@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from typing import Any
 
 from beam_jobs.config import ShardConfig
 from orchestration.launchers import LAUNCHERS
 from orchestration.publish import MODEL_NAME_PATTERN
-from stageconfig import ConfigError, dag_param_fields, user_path
+from stageconfig import ConfigError, check, dag_param_fields, from_mapping, param, user_path
 from training.config import LaunchConfig, TrainConfig
 
 # DAG Param name -> (stage config, field). Param names are the DAG's public API.
@@ -39,6 +40,105 @@ TRAIN_FLAGS = tuple(name for name, (cls, _) in STAGE_PARAMS.items() if cls is Tr
 BEAM_RUNNERS = ("DirectRunner", "DataflowRunner", "FlinkRunner", "SparkRunner")
 
 
+@dataclass(frozen=True, kw_only=True)  # in trigger-form order, required or not
+class RunConfig:
+    """The run-level Params, defined once like a stage's: where a run's outputs go, how
+    its stages are launched, what publishing asks. `check_run` builds it from a run's
+    Params, so a value outside its definition stops the run before any stage starts."""
+
+    output_root: str = param(
+        help="Each run writes under <output_root>/runs/<run_id>/", section="Data"
+    )
+    training_launcher: str = param(
+        "local",
+        choices=tuple(LAUNCHERS),
+        help="local: N processes here; kubernetes: N pods; vertex: a Vertex AI CustomJob "
+        "(needs gs:// paths)",
+        section="Cloud",
+    )
+    training_options: dict = param(
+        default_factory=dict,
+        help='Launcher settings, e.g. kubernetes {"namespace": "ml", "gpus_per_worker": 1}; '
+        'vertex {"project": "p", "region": "europe-west4", "machine_type": "g2-standard-8", '
+        '"accelerator_type": "NVIDIA_L4", "accelerator_count": 1}',
+        section="Cloud",
+    )
+    beam_runner: str = param(
+        "DirectRunner",
+        choices=BEAM_RUNNERS,
+        help="Beam runner for the sharding job. DirectRunner runs it here on Beam's local "
+        "FnApiRunner, in one process or one worker per core by input size",
+        section="Cloud",
+    )
+    beam_options: dict = param(
+        default_factory=dict,
+        help='Extra Beam pipeline options, e.g. {"project": "p", "region": "europe-west1", '
+        '"temp_location": "gs://b/tmp"}. They cannot set the job\'s own parameters (those '
+        "are the fields above)",
+        section="Cloud",
+    )
+    accuracy_gate: float = param(
+        0.6,
+        minimum=0,
+        maximum=1,
+        help="Publish only if held-out accuracy is at least this",
+        section="Publishing",
+    )
+    model_root: str = param(
+        help="Published models: <model_root>/<model_name>/<version>/", section="Publishing"
+    )
+    reuse_training: bool = param(
+        False,
+        help="Skip training when an earlier run finished training on shards with the same "
+        "content fingerprint, with the same parameters and workers: use its model",
+        section="Training",
+    )
+    require_approval: bool = param(
+        False,
+        help="Wait after evaluation for a person to approve publishing (the UI's Required "
+        "Actions page); Reject skips publish. Off: publish when the gate passes",
+        section="Publishing",
+    )
+    model_name: str = param(
+        "shapes",
+        pattern=MODEL_NAME_PATTERN,
+        help="Name the model is published under (letters, digits, . _ -)",
+        section="Publishing",
+    )
+
+    def __post_init__(self) -> None:
+        check(self)
+        for name in ("output_root", "model_root"):
+            _check_path(name, getattr(self, name))
+
+
+# The run-level Params the trigger form shows between the stages' and model_root.
+RUN_PARAMS_AFTER_STAGES = (
+    "training_launcher",
+    "training_options",
+    "beam_runner",
+    "beam_options",
+    "accuracy_gate",
+)
+
+
+def _check_path(name: str, value: str) -> str:
+    """`value` as a path or URI, or ConfigError if it is empty or relative: taken from
+    wherever the Airflow worker runs, it would land somewhere no one looks."""
+    path = user_path(str(value or ""))
+    if not path:
+        raise ConfigError(f"{name} is required")
+    if "://" not in path and not os.path.isabs(path):
+        raise ConfigError(
+            f"{name} {path!r} is a relative path, which would be taken from wherever the "
+            "Airflow worker runs: give an absolute path, ~/..., or gs://"
+        )
+    return path
+
+
+RUN_PARAMS = tuple(field.name for field in fields(RunConfig))
+
+
 def dag_params(*, input_uri: str, output_root: str, model_root: str) -> dict[str, dict]:
     """Keyword arguments of each Param (`Param(**kwargs)`), in trigger-form order."""
 
@@ -49,16 +149,12 @@ def dag_params(*, input_uri: str, output_root: str, model_root: str) -> dict[str
         )
         return {**fields, "title": name.replace("_", " "), **schema}
 
+    def run(name: str, **schema: Any) -> dict:
+        return {**dag_param_fields(RunConfig, name, **schema), "title": name.replace("_", " ")}
+
     return {
         "input_uri": stage("input_uri", default=input_uri, minLength=1),
-        "output_root": {
-            "default": output_root,
-            "type": "string",
-            "minLength": 1,
-            "title": "output root",
-            "section": "Data",
-            "description": "Each run writes under <output_root>/runs/<run_id>/.",
-        },
+        "output_root": run("output_root", default=output_root),
         "max_side": stage("max_side"),
         "max_error_fraction": stage("max_error_fraction"),
         "force_reshard": stage("force_reshard", section="Data"),
@@ -69,104 +165,22 @@ def dag_params(*, input_uri: str, output_root: str, model_root: str) -> dict[str
         "learning_rate": stage("learning_rate"),
         "input_service": stage("input_service"),
         "num_workers": stage("num_workers"),
-        "training_launcher": {
-            "default": "local",
-            "type": "string",
-            "enum": list(LAUNCHERS),
-            "title": "training launcher",
-            "section": "Cloud",
-            "description": "local: N processes here; kubernetes: N pods; vertex: a Vertex AI "
-            "CustomJob (needs gs:// paths).",
-        },
-        "training_options": {
-            "default": {},
-            "type": "object",
-            "title": "training options",
-            "section": "Cloud",
-            "description": 'Launcher settings, e.g. kubernetes {"namespace": "ml", '
-            '"gpus_per_worker": 1}; vertex {"project": "p", "region": "europe-west4", '
-            '"machine_type": "g2-standard-8", "accelerator_type": "NVIDIA_L4", '
-            '"accelerator_count": 1}.',
-        },
-        "beam_runner": {
-            "default": "DirectRunner",
-            "type": "string",
-            "enum": list(BEAM_RUNNERS),
-            "title": "beam runner",
-            "section": "Cloud",
-            "description": "Beam runner for the sharding job. DirectRunner runs it here on "
-            "Beam's local FnApiRunner, in one process or one worker per core by input size.",
-        },
-        "beam_options": {
-            "default": {},
-            "type": "object",
-            "title": "beam options",
-            "section": "Cloud",
-            "description": 'Extra Beam pipeline options, e.g. {"project": "p", '
-            '"region": "europe-west1", "temp_location": "gs://b/tmp"}. They cannot set '
-            "the job's own parameters (those are the fields above).",
-        },
-        "accuracy_gate": {
-            "default": 0.6,
-            "type": "number",
-            "minimum": 0,
-            "maximum": 1,
-            "title": "accuracy gate",
-            "section": "Publishing",
-            "description": "Publish only if held-out accuracy is at least this. Range in [0, 1].",
-        },
-        "model_root": {
-            "default": model_root,
-            "type": "string",
-            "minLength": 1,
-            "title": "model root",
-            "section": "Publishing",
-            "description": "Published models: <model_root>/<model_name>/<version>/.",
-        },
-        "reuse_training": {
-            "default": False,
-            "type": "boolean",
-            "title": "reuse training",
-            "section": "Training",
-            "description": "Skip training when an earlier run finished training on shards with "
-            "the same content fingerprint, with the same parameters and workers: use its model.",
-        },
-        "require_approval": {
-            "default": False,
-            "type": "boolean",
-            "title": "require approval",
-            "section": "Publishing",
-            "description": "Wait after evaluation for a person to approve publishing (the UI's "
-            "Required Actions page); Reject skips publish. Off: publish when the gate passes.",
-        },
-        "model_name": {
-            "default": "shapes",
-            "type": "string",
-            "pattern": MODEL_NAME_PATTERN,
-            "title": "model name",
-            "section": "Publishing",
-            "description": "Name the model is published under (letters, digits, . _ -).",
-        },
+        **{name: run(name) for name in RUN_PARAMS_AFTER_STAGES},
+        "model_root": run("model_root", default=model_root),
+        **{name: run(name) for name in ("reuse_training", "require_approval", "model_name")},
     }
 
 
-def check_run(params: Mapping[str, Any]) -> None:
-    """Rules between parameters of different stages, and local paths that cannot be right
-    (relative, or an input that is not there); ConfigError with one line. The stages would
-    find them later (the sharding job after Beam's start), and their tasks would be
-    retried for a mistake no retry fixes."""
-    paths = {
-        name: user_path(str(params.get(name) or ""))
-        for name in ("input_uri", "output_root", "model_root")
-    }
-    for name, path in paths.items():
-        if path and "://" not in path and not os.path.isabs(path):
-            raise ConfigError(
-                f"{name} {path!r} is a relative path, which would be taken from wherever the "
-                "Airflow worker runs: give an absolute path, ~/..., or gs://"
-            )
-    source = paths["input_uri"]
-    if source and "://" not in source and not os.path.exists(source):
+def check_run(params: Mapping[str, Any]) -> RunConfig:
+    """The run's RunConfig, after the rules between parameters of different stages and
+    the input path (ConfigError with one line). The stages would find them later (the
+    sharding job after Beam's start), and their tasks would be retried for a mistake no
+    retry fixes."""
+    run = from_mapping(
+        RunConfig, {name: params[name] for name in RUN_PARAMS if name in params}, name=""
+    )
+    source = _check_path("input_uri", params.get("input_uri"))
+    if "://" not in source and not os.path.exists(source):
         raise ConfigError(
             f"input_uri {source} does not exist on this Airflow worker: give a folder of "
             "<label>/<image> files or a .csv/.jsonl manifest (gs:// for a bucket)"
@@ -177,6 +191,7 @@ def check_run(params: Mapping[str, Any]) -> None:
             f"max_side {max_side} is below image_size {image_size}: the stored images would "
             f"be scaled up again for training; use max_side 0 or >= {image_size}"
         )
+    return run
 
 
 def train_flags(params: Mapping[str, Any]) -> dict[str, Any]:

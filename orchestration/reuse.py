@@ -77,7 +77,7 @@ def discard_stale_training(train_dir: str, shards_dir: str) -> str:
     Within one DAG run the parameters are fixed, but the shards are not: clearing
     `shard_images` with its downstream tasks after the images changed re-makes them, and
     the trainer refuses to resume checkpoints of other data (training/config.py's
-    RESUME_KEYS). A retry of `train` alone finds the same shards and resumes."""
+    resume_keys()). A retry of `train` alone finds the same shards and resumes."""
     try:
         config = read_json(posixpath.join(train_dir.rstrip("/"), CONFIG)) or {}
     except RunFolderError:

@@ -8,8 +8,11 @@ and `from_args()` build and read the stage's argparse flags, and
 schema) for a field, so the CLI, the config and the trigger form cannot
 disagree. `from_mapping()` builds a config from a JSON object (a DAG Param such as
 `training_options`) with the same checks, and `tagged()` lists the fields a stage
-marked (the trainer's resume keys). `exit_codes.py` says what each stage's exit
-code means. Imports only the standard library: DAG files import it at parse time.
+marked (the trainer's resume keys). A field made with `group(Cls)` holds a nested
+config whose fields are flags and Params of the outer one under their own names
+(the trainer's `DataConfig`): one flat surface for the user, one object per concern
+in the code; `flat()` is the config as that flat mapping. `exit_codes.py` says what
+each stage's exit code means. Imports only the standard library: DAG files import it at parse time.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 import types
 import typing
 import urllib.parse
@@ -31,8 +35,10 @@ __all__ = [
     "check_output_folder",
     "check_utf8_name",
     "dag_param_fields",
+    "flat",
     "from_args",
     "from_mapping",
+    "group",
     "local_path",
     "param",
     "tagged",
@@ -56,6 +62,7 @@ class Spec:
     parse: Callable[[str], Any] | None = None  # CLI text -> value (for non-scalar fields)
     section: str = ""  # where the trigger form shows it
     tags: tuple[str, ...] = ()  # what a stage says of the field ("resume": see training)
+    pattern: str | None = None  # a text field's regular expression (anchored: ^...$)
 
 
 def param(
@@ -71,21 +78,69 @@ def param(
     section: str = "",
     default_factory: Callable[[], Any] | None = None,
     tags: tuple[str, ...] = (),
+    pattern: str | None = None,
 ) -> Any:
-    """A dataclass field carrying its `Spec`. No default means a required flag."""
-    spec = Spec(help, minimum, maximum, exclusive_minimum, choices, flag, parse, section, tags)
+    """A dataclass field carrying its `Spec`. No default means a required flag (and, for
+    text, a non-empty one)."""
+    spec = Spec(
+        help, minimum, maximum, exclusive_minimum, choices, flag, parse, section, tags, pattern
+    )
     if default_factory is not None:
         return dataclasses.field(default_factory=default_factory, metadata={"spec": spec})
     return dataclasses.field(default=default, metadata={"spec": spec})
 
 
-def _fields(cls) -> list[tuple[dataclasses.Field, Spec, type]]:
+def group(cls) -> Any:
+    """A field holding a nested config `cls` (all its fields have defaults)."""
+    return dataclasses.field(default_factory=cls, metadata={"group": cls})
+
+
+def _own_fields(cls) -> list[tuple[dataclasses.Field, Spec, type]]:
     hints = typing.get_type_hints(cls)
     return [
         (f, f.metadata["spec"], hints[f.name])
         for f in dataclasses.fields(cls)
         if "spec" in f.metadata
     ]
+
+
+def _fields(cls) -> list[tuple[dataclasses.Field, Spec, type]]:
+    """Every parameter of `cls`, those of its groups included, in declaration order."""
+    found: list[tuple[dataclasses.Field, Spec, type]] = []
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        if "group" in f.metadata:
+            found += _fields(f.metadata["group"])
+        elif "spec" in f.metadata:
+            found.append((f, f.metadata["spec"], hints[f.name]))
+    names = [f.name for f, _, _ in found]
+    if len(set(names)) != len(names):
+        raise TypeError(f"{cls.__name__}: a group repeats a parameter name: {names}")
+    return found
+
+
+def _build(cls, values: dict[str, Any]):
+    """`cls` from flat parameter values: each group's own from its names."""
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if "group" in f.metadata:
+            kwargs[f.name] = _build(f.metadata["group"], values)
+        elif f.name in values:
+            kwargs[f.name] = values[f.name]
+    return cls(**kwargs)
+
+
+def flat(config) -> dict[str, Any]:
+    """The config as {parameter: value}, groups flattened: what its flags, its Params and
+    a run's recorded config.json spell."""
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if "group" in f.metadata:
+            values.update(flat(value))
+        else:
+            values[f.name] = value
+    return values
 
 
 def tagged(cls, tag: str) -> tuple[str, ...]:
@@ -109,49 +164,58 @@ def _scalar(annotation) -> tuple[type, bool]:
 def check(config, *, prefix: str = "") -> None:
     """Raise ConfigError naming the flag (or `prefix.field`, for a config given as a
     mapping) for the first value outside its bounds."""
-    for field, spec, annotation in _fields(type(config)):
-        value = getattr(config, field.name)
-        kind, optional = _scalar(annotation)
+    for field in dataclasses.fields(config):
+        if "group" in field.metadata:
+            check(getattr(config, field.name), prefix=prefix)
+    for field, spec, annotation in _own_fields(type(config)):
         flag = f"{prefix}.{field.name}" if prefix else flag_name(field)
-        if value is None:
-            if optional:
-                continue
-            raise ConfigError(f"{flag} is required")
-        if kind in (int, float) and (isinstance(value, bool) or not isinstance(value, kind | int)):
-            raise ConfigError(f"{flag} must be a number, got {value!r}")
-        if spec.choices is not None and value not in spec.choices:
-            raise ConfigError(f"{flag} must be one of {', '.join(map(str, spec.choices))}")
-        low, high = spec.minimum, spec.maximum
-        if low is not None and (value <= low if spec.exclusive_minimum else value < low):
-            raise ConfigError(f"{flag} must be {_range(spec)}, got {value}")
-        if high is not None and value > high:
-            raise ConfigError(f"{flag} must be {_range(spec)}, got {value}")
+        _check_value(flag, getattr(config, field.name), spec, annotation)
+
+
+def _check_value(flag: str, value: Any, spec: Spec, annotation) -> None:
+    kind, optional = _scalar(annotation)
+    if value is None:
+        if optional:
+            return
+        raise ConfigError(f"{flag} is required")
+    if kind is str and not isinstance(value, str):
+        raise ConfigError(f"{flag} must be text, got {value!r}")
+    if kind is bool and not isinstance(value, bool):
+        raise ConfigError(f"{flag} must be true or false, got {value!r}")
+    if kind is dict and not isinstance(value, dict):
+        raise ConfigError(f"{flag} must be a JSON object, got {value!r}")
+    if kind in (int, float) and (isinstance(value, bool) or not isinstance(value, kind | int)):
+        raise ConfigError(f"{flag} must be a number, got {value!r}")
+    if spec.choices is not None and value not in spec.choices:
+        raise ConfigError(f"{flag} must be one of {', '.join(map(str, spec.choices))}")
+    if spec.pattern is not None and not re.fullmatch(spec.pattern, value):
+        raise ConfigError(f"{flag} {value!r} does not match {spec.pattern}")
+    low, high = spec.minimum, spec.maximum
+    if low is not None and (value <= low if spec.exclusive_minimum else value < low):
+        raise ConfigError(f"{flag} must be {_range(spec)}, got {value}")
+    if high is not None and value > high:
+        raise ConfigError(f"{flag} must be {_range(spec)}, got {value}")
 
 
 def from_mapping(cls, values: Any, *, name: str):
     """A config from a mapping (a DAG Param holding a JSON object): unknown keys, values
     of the wrong type and values out of bounds are each a one-line ConfigError naming
-    `name.key`, never a value that travels on ("two" GPUs reaching a manifest)."""
+    `name.key` (`key` when `name` is empty: the DAG's own Params), never a value that
+    travels on ("two" GPUs reaching a manifest)."""
     if not isinstance(values, dict):
         raise ConfigError(f"{name} must be a JSON object, got {values!r}")
     fields = {field.name: (spec, annotation) for field, spec, annotation in _fields(cls)}
     if unknown := sorted(set(values) - set(fields)):
         allowed = ", ".join(sorted(fields)) or "none"
         raise ConfigError(f"{name} {unknown} are not settings here (allowed: {allowed})")
-    for key, value in values.items():
-        kind, optional = _scalar(fields[key][1])
-        if value is None and optional:
-            continue
-        if kind is str and not isinstance(value, str):
-            raise ConfigError(f"{name}.{key} must be text, got {value!r}")
-        if kind in (int, float) and (isinstance(value, bool) or not isinstance(value, kind | int)):
-            raise ConfigError(f"{name}.{key} must be a number, got {value!r}")
+    for key, value in values.items():  # before the config's own checks, which name flags
+        _check_value(f"{name}.{key}" if name else key, value, *fields[key])
     if missing := sorted(
-        f.name for f in dataclasses.fields(cls)
+        f.name for f, _, _ in _fields(cls)
         if f.name not in values and f.default is MISSING and f.default_factory is MISSING
     ):  # fmt: skip
         raise ConfigError(f"{name} needs {missing}")
-    config = cls(**values)
+    config = _build(cls, values)
     check(config, prefix=name)
     return config
 
@@ -316,7 +380,7 @@ def _argparse_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
 def from_args(cls, args: argparse.Namespace, **overrides):
     """The config from parsed flags (plus fields the CLI does not own, as overrides)."""
     values = {f.name: getattr(args, f.name) for f, _, _ in _fields(cls) if hasattr(args, f.name)}
-    return cls(**{**values, **overrides})
+    return _build(cls, {**values, **overrides})
 
 
 _JSON_TYPES = {int: "integer", float: "number", str: "string", bool: "boolean", dict: "object"}
@@ -351,4 +415,8 @@ def dag_param_fields(cls, name: str, *, default: Any = MISSING) -> dict:
         schema["exclusiveMinimum" if spec.exclusive_minimum else "minimum"] = spec.minimum
     if spec.maximum is not None:
         schema["maximum"] = spec.maximum
+    if spec.pattern is not None:
+        schema["pattern"] = spec.pattern
+    if kind is str and field.default is MISSING and field.default_factory is MISSING:
+        schema["minLength"] = 1  # required: the form refuses an empty box
     return schema

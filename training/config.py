@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import stageconfig
 from runspec.layout import CHECKPOINTS, METRICS, MODEL, TENSORBOARD
@@ -16,6 +16,7 @@ __all__ = [
     "REFERENCE_BATCH",
     "WARMUP_SHARE",
     "ConfigError",
+    "DataConfig",
     "LaunchConfig",
     "TrainConfig",
     "add_arguments",
@@ -100,24 +101,63 @@ def parse_input_service(value: str) -> tuple[str, int]:
 
 
 @dataclass(frozen=True)
+class DataConfig:
+    """What the input pipeline (`training.data.build_dataset`) takes of the trainer's
+    config: the trainer nests it, and `python -m training.data` offers the same flags."""
+
+    image_size: int = param(
+        64,
+        minimum=16,
+        maximum=1024,
+        help="Square model input size in pixels",
+        section="Model",
+        tags=(RESUME,),
+    )
+    cache: str = param(
+        "auto",
+        help='Cache decoded images: "auto" (in memory when this worker\'s decoded training '
+        'images fit --cache-budget-mb; the log says which), "memory", a file path prefix, '
+        'or "" for none',
+        section="Training",
+    )
+    cache_budget_mb: int = param(
+        1024,
+        minimum=0,
+        maximum=1 << 30,
+        help="Memory a worker may spend on cached decoded images with --cache auto",
+        section="Training",
+    )
+    shuffle_buffer: int = param(
+        1024,
+        minimum=1,
+        maximum=1 << 30,
+        help="Shuffle buffer in images",
+        section="Training",
+        tags=(RESUME,),
+    )
+    augment: bool = param(
+        True,
+        help="Random flip/crop/brightness augmentation (--no-augment disables it)",
+        section="Training",
+        tags=(RESUME,),
+    )
+
+    def __post_init__(self) -> None:
+        stageconfig.check(self)
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     data: str = param(help="Shard directory written by beam_jobs.shard_images", section="Data")
     output: str = param(
         help=f"Run directory: {CHECKPOINTS}/, {TENSORBOARD}/, {METRICS}, {MODEL}/ (SavedModel)",
         section="Training",
     )
+    input: DataConfig = stageconfig.group(DataConfig)
     architecture: str = param(
         "small_cnn",
         choices=ARCHITECTURES,
         help="Model, trained from scratch (nothing is downloaded)",
-        section="Model",
-        tags=(RESUME,),
-    )
-    image_size: int = param(
-        64,
-        minimum=16,
-        maximum=1024,
-        help="Square model input size in pixels",
         section="Model",
         tags=(RESUME,),
     )
@@ -179,34 +219,6 @@ class TrainConfig:
         section="Training",
         tags=(RESUME,),
     )
-    cache: str = param(
-        "auto",
-        help='Cache decoded images: "auto" (in memory when this worker\'s decoded training '
-        'images fit --cache-budget-mb; the log says which), "memory", a file path prefix, '
-        'or "" for none',
-        section="Training",
-    )
-    cache_budget_mb: int = param(
-        1024,
-        minimum=0,
-        maximum=1 << 30,
-        help="Memory a worker may spend on cached decoded images with --cache auto",
-        section="Training",
-    )
-    shuffle_buffer: int = param(
-        1024,
-        minimum=1,
-        maximum=1 << 30,
-        help="Shuffle buffer in images",
-        section="Training",
-        tags=(RESUME,),
-    )
-    augment: bool = param(
-        True,
-        help="Random flip/crop/brightness augmentation (--no-augment disables it)",
-        section="Training",
-        tags=(RESUME,),
-    )
     mixed_precision: bool = param(
         False,
         help="float16 compute with loss scaling, on GPU (ignored with a warning on CPU)",
@@ -257,11 +269,12 @@ class TrainConfig:
                 "and model would go among the shards; give an output folder outside them"
             )
         parse_input_service(self.input_service)
-        if self.architecture != "small_cnn" and self.image_size < 32:
+        if self.architecture != "small_cnn" and self.input.image_size < 32:
             raise ConfigError(f"{self.architecture} needs --image-size >= 32")
 
     def to_json(self) -> dict:
-        return asdict(self)
+        """Flat, as the flags spell it: a run's config.json and its resume keys."""
+        return stageconfig.flat(self)
 
 
 @dataclass(frozen=True)

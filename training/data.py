@@ -10,17 +10,16 @@ no augmentation). Everything per element runs as TensorFlow graph ops.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 import sys
 import time
-from dataclasses import dataclass
 
 import tensorflow as tf
 
-from stageconfig import user_path
+import stageconfig
+from stageconfig import ConfigError, user_path
 from training import features
-from training.config import TrainConfig
+from training.config import DataConfig
 from training.shards import ShardError, ShardSet
 
 log = logging.getLogger(__name__)
@@ -30,33 +29,7 @@ MIN_CROP_SCALE = 0.8  # random crops keep at least this fraction of each side
 BRIGHTNESS_DELTA = 0.15
 
 
-def _trainer_default(name: str):
-    """The TrainConfig default of `name`: its one definition (type, default, help)."""
-    return next(f.default for f in dataclasses.fields(TrainConfig) if f.name == name)
-
-
-@dataclass(frozen=True)
-class InputOptions:
-    """What the input pipeline takes of the trainer's config (TrainConfig defines each)."""
-
-    image_size: int = _trainer_default("image_size")
-    shuffle_buffer: int = _trainer_default("shuffle_buffer")
-    cycle_length: int = 4  # files read at once: not a user's setting
-    cache: str = _trainer_default("cache")
-    cache_budget_mb: int = _trainer_default("cache_budget_mb")
-    augment: bool = _trainer_default("augment")
-    seed: int = _trainer_default("seed")
-
-    @classmethod
-    def from_config(cls, config: TrainConfig) -> InputOptions:
-        return cls(
-            image_size=config.image_size,
-            shuffle_buffer=config.shuffle_buffer,
-            cache=config.cache,
-            cache_budget_mb=config.cache_budget_mb,
-            augment=config.augment,
-            seed=config.seed,
-        )
+CYCLE_LENGTH = 4  # shard files read at once
 
 
 def shard_files(files: list[str], num_pipelines: int, pipeline_id: int) -> tuple[list[str], bool]:
@@ -114,7 +87,7 @@ def _decode_batch(serialized, image_size: int):
     return images, tf.cast(parsed[features.LABEL], tf.int32)
 
 
-def _prepare_batch(records, options: InputOptions):
+def _prepare_batch(records, options: DataConfig):
     images, labels = _decode_batch(records, options.image_size)
     if options.augment:
         images, labels = _augment_batch(images, labels, options.image_size)
@@ -126,7 +99,7 @@ def decoded_megabytes(num_records: int, image_size: int) -> float:
 
 
 def cache_choice(
-    options: InputOptions, num_records: int | None, training: bool = True, *, quiet: bool = False
+    options: DataConfig, num_records: int | None, training: bool = True, *, quiet: bool = False
 ) -> str:
     """What to cache: the option as given, or for "auto" memory when it fits the budget
     (said in the log unless `quiet`: the trainer's input diagnosis asks again).
@@ -190,7 +163,8 @@ def build_dataset(
     batch_size: int,
     training: bool,
     compression_type: str = "",
-    options: InputOptions = InputOptions(),
+    options: DataConfig = DataConfig(),
+    seed: int = 0,
     num_pipelines: int = 1,
     pipeline_id: int = 0,
     num_records: int | None = None,
@@ -203,7 +177,8 @@ def build_dataset(
     partial batch, so every worker runs the same number of steps; evaluation
     datasets are finite, in order, and keep every record exactly once across
     all pipelines. `num_records`: how many records this pipeline reads (for
-    `cache="auto"`; unknown means no cache). `skip_batches`: where a resumed run
+    `cache="auto"`; unknown means no cache). `seed` orders the training input.
+    `skip_batches`: where a resumed run
     starts; the training order depends only on the seed and the files, so the
     batches that follow are exactly those an uninterrupted run would have read
     next (skipped before decoding where nothing is cached).
@@ -217,10 +192,10 @@ def build_dataset(
     )
     ds = tf.data.Dataset.from_tensor_slices(own_files)
     if training:
-        ds = ds.shuffle(len(own_files), seed=options.seed, reshuffle_each_iteration=True)
+        ds = ds.shuffle(len(own_files), seed=seed, reshuffle_each_iteration=True)
     ds = ds.interleave(
         lambda path: tf.data.TFRecordDataset(path, compression_type=compression_type),
-        cycle_length=max(1, min(options.cycle_length, len(own_files))),
+        cycle_length=max(1, min(CYCLE_LENGTH, len(own_files))),
         num_parallel_calls=AUTOTUNE,
         deterministic=True,
     )
@@ -232,7 +207,7 @@ def build_dataset(
         # decode and augment it in one map: nothing copies decoded images around, and the
         # per-element work is one op instead of three (bench/: 1.14x the per-record order).
         ds = ds.repeat()
-        ds = ds.shuffle(options.shuffle_buffer, seed=options.seed, reshuffle_each_iteration=True)
+        ds = ds.shuffle(options.shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
         ds = ds.batch(batch_size, drop_remainder=True).skip(skip_batches)
         ds = ds.map(
             lambda records: _prepare_batch(records, options),
@@ -250,7 +225,7 @@ def build_dataset(
         ds = ds.cache() if cache == "memory" else ds.cache(cache)
     if training:
         ds = ds.repeat()
-        ds = ds.shuffle(options.shuffle_buffer, seed=options.seed, reshuffle_each_iteration=True)
+        ds = ds.shuffle(options.shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
     ds = ds.batch(batch_size, drop_remainder=training, num_parallel_calls=AUTOTUNE)
     if training:
         ds = ds.skip(skip_batches)
@@ -293,24 +268,19 @@ def measure_throughput(dataset: tf.data.Dataset, batches: int, warmup: int = 5) 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m training.data",
-        description="Measure the input pipeline's throughput (images/s) without a model.",
+        description="Measure the input pipeline's throughput (images/s) without a model. "
+        "The input flags are the trainer's, except that --cache defaults to none here: "
+        "this measures decoding every batch.",
     )
     parser.add_argument(
         "--data", required=True, type=user_path, help="Shard directory (local or gs://)."
     )
     parser.add_argument("--split", default="train", help="Split to read (default train).")
     parser.add_argument("--batch-size", type=int, default=64, help="Batch size (default 64).")
-    image_size = _trainer_default("image_size")
-    parser.add_argument(
-        "--image-size",
-        type=int,
-        default=image_size,
-        help=f"Model input size (default {image_size}).",
-    )
     parser.add_argument("--batches", type=int, default=50, help="Batches to time (default 50).")
+    stageconfig.add_arguments(parser, DataConfig)  # the trainer's own input flags
     # Not the trainer's "auto": this measures the pipeline decoding every batch.
-    parser.add_argument("--cache", default="", help='"memory", a file prefix, or "" (default).')
-    parser.add_argument("--no-augment", action="store_true", help="Time without augmentation.")
+    parser.set_defaults(cache="")
     args = parser.parse_args(argv)
     try:
         shard_set = ShardSet.open(args.data)
@@ -322,11 +292,9 @@ def main(argv: list[str] | None = None) -> int:
             batch_size=args.batch_size,
             training=True,
             compression_type=shard_set.compression_type,
-            options=InputOptions(
-                image_size=args.image_size, cache=args.cache, augment=not args.no_augment
-            ),
+            options=stageconfig.from_args(DataConfig, args),
         )
-    except ShardError as err:
+    except (ShardError, ConfigError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     rate = measure_throughput(dataset, args.batches)

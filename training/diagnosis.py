@@ -16,6 +16,7 @@ import time
 import tensorflow as tf
 
 from training import features
+from training.config import DataConfig
 from training.shards import ShardSet
 
 AUTOTUNE = tf.data.AUTOTUNE
@@ -111,14 +112,13 @@ class InputDiagnosis:
         shard_set: ShardSet,
         is_chief: bool,
         num_workers: int,
-        image_size: int,
         global_batch_size: int,
-        input_options,
+        input_config: DataConfig,
     ):
         self._measure_compute_step = measure_compute_step
         self.shards, self.is_chief, self.num_workers = shard_set, is_chief, num_workers
-        self.image_size, self.global_batch_size = image_size, global_batch_size
-        self.input_options = input_options
+        self.image_size, self.global_batch_size = input_config.image_size, global_batch_size
+        self.input_config = input_config
         self._compute_step_seconds: float | None = None
         self.report: dict = {}
 
@@ -147,7 +147,7 @@ class InputDiagnosis:
         if ceiling:
             # The same choice build_dataset made for this worker's share of the records.
             records = -(-self.shards.num_records("train") // self.num_workers)
-            cached = bool(cache_choice(self.input_options, records, quiet=True))
+            cached = bool(cache_choice(self.input_config, records, quiet=True))
             self.report.update(
                 input_wait_share=share,
                 advice=advice(

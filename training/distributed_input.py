@@ -8,7 +8,7 @@ import logging
 import tensorflow as tf
 
 from training.config import CLUSTER_INPUT_SERVICE, ConfigError, TrainConfig, parse_input_service
-from training.data import InputOptions, build_dataset, synthetic_dataset
+from training.data import build_dataset, synthetic_dataset
 from training.distribute import ClusterInfo
 from training.input_service import start_local, through_service
 from training.shards import ShardSet
@@ -25,7 +25,6 @@ class DistributedInput:
         shards: ShardSet,
     ):
         self.config, self.cluster, self.strategy, self.shards = config, cluster, strategy, shards
-        self.options = InputOptions.from_config(config)
         # The local servers are kept referenced: they live as long as this object.
         self.service_address, self._local_service = self._input_service()
 
@@ -58,14 +57,15 @@ class DistributedInput:
         def dataset_fn(context: tf.distribute.InputContext) -> tf.data.Dataset:
             if training and config.synthetic_input:
                 return synthetic_dataset(
-                    config.per_replica_batch_size, config.image_size, shards.num_classes
+                    config.per_replica_batch_size, config.input.image_size, shards.num_classes
                 )
             dataset = build_dataset(
                 files,
                 batch_size=config.per_replica_batch_size,
                 training=training,
                 compression_type=shards.compression_type,
-                options=self.options,
+                options=config.input,
+                seed=config.seed,
                 num_pipelines=context.num_input_pipelines,
                 pipeline_id=context.input_pipeline_id,
                 num_records=-(-shards.num_records(split) // context.num_input_pipelines),

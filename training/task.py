@@ -44,7 +44,10 @@ class ImageTask:
         self._eval_step = None
         with strategy.scope():
             self.model = build_model(
-                config.architecture, config.image_size, num_classes, batch_norm=config.batch_norm
+                config.architecture,
+                config.input.image_size,
+                num_classes,
+                batch_norm=config.batch_norm,
             )
             # A short linear warm-up (a large global batch starts at a large rate), then
             # cosine decay to zero over the run: a stable end point to evaluate and export.
@@ -156,7 +159,7 @@ class ImageTask:
         iterator = iter(
             strategy.distribute_datasets_from_function(
                 lambda context: synthetic_dataset(
-                    config.per_replica_batch_size, config.image_size, self.num_classes
+                    config.per_replica_batch_size, config.input.image_size, self.num_classes
                 )
             )
         )
@@ -175,7 +178,9 @@ class ImageTask:
         policy = keras.mixed_precision.global_policy()
         keras.mixed_precision.set_global_policy("float32")
         try:
-            model = build_model(self.config.architecture, self.config.image_size, self.num_classes)
+            model = build_model(
+                self.config.architecture, self.config.input.image_size, self.num_classes
+            )
         finally:
             keras.mixed_precision.set_global_policy(policy)
         model.set_weights(weights)

@@ -107,7 +107,7 @@ def run(config: train_config.TrainConfig) -> int:
     except tf.errors.InvalidArgumentError as err:
         # A stored record the decoder refuses (the sharding job stores only what it proved
         # decodable, so: shards from elsewhere, or a decoder change). Name it, one line.
-        bad = shard_set.undecodable_records(config.image_size)
+        bad = shard_set.undecodable_records(config.input.image_size)
         if not bad:
             raise  # not a record's fault: a real bug, keep its traceback
         print(

@@ -150,9 +150,8 @@ class Trainer:
             shard_set=self.shards,
             is_chief=self.cluster.is_chief,
             num_workers=self.cluster.num_workers,
-            image_size=self.config.image_size,
             global_batch_size=self.global_batch_size,
-            input_options=self.input.options,
+            input_config=self.config.input,
         )
 
     def restore(self) -> None:
@@ -317,7 +316,7 @@ class Trainer:
             self.task.serving_copy(),
             path,
             label_names=self.shards.label_names,
-            image_size=self.config.image_size,
+            image_size=self.config.input.image_size,
             metadata=metadata,
         )
         if not self.cluster.is_chief:

@@ -6,7 +6,14 @@ import pytest
 import stageconfig
 from beam_jobs.config import ShardConfig
 from orchestration.beam_options import shard_job_options
-from orchestration.params import STAGE_PARAMS, check_run, dag_params, train_flags
+from orchestration.params import (
+    RUN_PARAMS,
+    STAGE_PARAMS,
+    RunConfig,
+    check_run,
+    dag_params,
+    train_flags,
+)
 from stageconfig import ConfigError
 from training.config import TrainConfig
 
@@ -47,7 +54,9 @@ def test_the_default_run_passes_its_own_checks_and_builds_valid_stage_configs(tm
     check_run(
         {**DEFAULTS, "input_uri": "gs://b/in", "output_root": "gs://b/o", "model_root": "gs://b/m"}
     )
-    TrainConfig(data="d", output="o", **train_flags(DEFAULTS))
+    stageconfig.from_mapping(
+        TrainConfig, {"data": "d", "output": "o", **train_flags(DEFAULTS)}, name="train"
+    )
     ShardConfig(input="i", output="o", max_side=DEFAULTS["max_side"])
 
 
@@ -62,7 +71,18 @@ def test_a_text_field_left_empty_in_the_trigger_form_is_valid_and_means_the_defa
     for name in empty_by_default:
         Param(**PARAMS[name]).resolve(value=None)  # raises ParamValidationError if refused
     flags = train_flags({**DEFAULTS, **dict.fromkeys(empty_by_default)})
-    assert TrainConfig(data="d", output="o", **flags).input_service == ""
+    config = stageconfig.from_mapping(TrainConfig, {"data": "d", "output": "o", **flags}, name="t")
+    assert config.input_service == ""
+
+
+def test_each_run_param_is_the_run_configs_definition():
+    for name in RUN_PARAMS:
+        expected = stageconfig.dag_param_fields(RunConfig, name, default=PARAMS[name]["default"])
+        assert {**expected, "title": name.replace("_", " ")} == PARAMS[name]
+    roots = {"input_uri": "gs://b/i", "output_root": "gs://b/o", "model_root": "gs://b/m"}
+    run = check_run({**DEFAULTS, **roots})
+    assert run == RunConfig(output_root="gs://b/o", model_root="gs://b/m")
+    assert stageconfig.flat(run) == {name: {**DEFAULTS, **roots}[name] for name in RUN_PARAMS}
 
 
 @pytest.mark.parametrize(
@@ -74,6 +94,11 @@ def test_a_text_field_left_empty_in_the_trigger_form_is_valid_and_means_the_defa
         ({"output_root": "out"}, "output_root 'out' is a relative path, which would be taken"),
         ({"model_root": "./models"}, "model_root './models' is a relative path"),
         ({"input_uri": "images"}, "input_uri 'images' is a relative path"),
+        ({"model_name": "../up"}, "model_name '../up' does not match"),
+        ({"accuracy_gate": 1.5}, "accuracy_gate must be in [0, 1], got 1.5"),
+        ({"training_launcher": "slurm"}, "training_launcher must be one of local, kubernetes"),
+        ({"training_options": "gpus=2"}, "training_options must be a JSON object"),
+        ({"reuse_training": "yes"}, "reuse_training must be true or false"),
     ],
 )
 def test_rules_between_stages_are_checked_before_any_stage(change, message, tmp_path):

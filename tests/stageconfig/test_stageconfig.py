@@ -101,3 +101,47 @@ def test_a_leading_tilde_is_the_home_folder_in_every_stages_path_flags(tmp_path,
     )
     train = TrainConfig(data="~/shards", output="~/run")
     assert (train.data, train.output) == (f"{tmp_path}/shards", f"{tmp_path}/run")
+
+
+@dataclass(frozen=True)
+class Inner:
+    size: int = param(8, minimum=1, maximum=64, help="Size", tags=("keep",))
+    crop: bool = param(True, help="Crop")
+
+    def __post_init__(self):
+        stageconfig.check(self)
+
+
+@dataclass(frozen=True)
+class Outer:
+    path: str = param(help="Where")
+    inner: Inner = stageconfig.group(Inner)
+    seed: int = param(0, minimum=0, help="Seed", tags=("keep",))
+
+    def __post_init__(self):
+        stageconfig.check(self)
+
+
+def test_a_grouped_config_is_flat_to_its_user_and_nested_in_the_code():
+    parser = argparse.ArgumentParser()
+    stageconfig.add_arguments(parser, Outer)
+    config = stageconfig.from_args(Outer, parser.parse_args(["--path", "p", "--size", "16"]))
+    assert config == Outer(path="p", inner=Inner(size=16))
+    assert stageconfig.flat(config) == {"path": "p", "size": 16, "crop": True, "seed": 0}
+    assert stageconfig.from_mapping(Outer, stageconfig.flat(config), name="o") == config
+    assert stageconfig.tagged(Outer, "keep") == ("size", "seed")
+    assert stageconfig.dag_param_fields(Outer, "size")["maximum"] == 64
+    with pytest.raises(ConfigError, match=r"^o.size must be in \[1, 64\], got 0$"):
+        stageconfig.from_mapping(Outer, {"path": "p", "size": 0}, name="o")
+    with pytest.raises(ConfigError, match=r"\['sizes'\] are not settings here"):
+        stageconfig.from_mapping(Outer, {"path": "p", "sizes": 1}, name="o")
+
+
+def test_a_group_cannot_hide_a_parameter_of_the_same_name():
+    @dataclass(frozen=True)
+    class Clash:
+        size: int = param(1, help="Outer size")
+        inner: Inner = stageconfig.group(Inner)
+
+    with pytest.raises(TypeError, match="repeats a parameter name"):
+        stageconfig.add_arguments(argparse.ArgumentParser(), Clash)

@@ -5,7 +5,8 @@ import pytest
 import tensorflow as tf
 
 from training import features
-from training.data import InputOptions, build_dataset, measure_throughput, shard_files
+from training.config import DataConfig
+from training.data import build_dataset, measure_throughput, shard_files
 from training.shards import ShardError, ShardSet
 
 
@@ -25,7 +26,7 @@ def test_training_batches_hold_the_records_pixels_and_labels(trainable_shards):
         batch_size=8,
         training=True,
         compression_type=shard_set.compression_type,
-        options=InputOptions(image_size=40, augment=False),
+        options=DataConfig(image_size=40, augment=False),
     )
     seen = 0
     for images, labels in ds.take(5):
@@ -49,7 +50,7 @@ def test_evaluation_reads_every_record_once_across_pipelines(trainable_shards):
             batch_size=7,
             training=False,
             compression_type=shard_set.compression_type,
-            options=InputOptions(image_size=32),
+            options=DataConfig(image_size=32),
             num_pipelines=3,
             pipeline_id=pipeline_id,
         )
@@ -152,7 +153,7 @@ def test_batched_decode_equals_decoding_each_record(trainable_shards):
 def test_auto_cache_caches_in_memory_only_what_fits(records, budget, expected, caplog):
     from training.data import cache_choice
 
-    options = InputOptions(image_size=32, cache="auto", cache_budget_mb=budget)
+    options = DataConfig(image_size=32, cache="auto", cache_budget_mb=budget)
     with caplog.at_level("INFO"):
         assert cache_choice(options, records) == expected
     if records is not None:
@@ -162,9 +163,9 @@ def test_auto_cache_caches_in_memory_only_what_fits(records, budget, expected, c
 def test_auto_cache_leaves_evaluation_uncached():
     from training.data import cache_choice
 
-    options = InputOptions(image_size=32, cache="auto", cache_budget_mb=10)
+    options = DataConfig(image_size=32, cache="auto", cache_budget_mb=10)
     assert cache_choice(options, 100, training=False) == ""
-    assert cache_choice(InputOptions(cache="memory"), 100, training=False) == "memory"
+    assert cache_choice(DataConfig(cache="memory"), 100, training=False) == "memory"
 
 
 def test_auto_cached_training_pipeline_serves_each_image_once_per_epoch(trainable_shards):
@@ -175,7 +176,7 @@ def test_auto_cached_training_pipeline_serves_each_image_once_per_epoch(trainabl
         batch_size=1,
         training=True,
         compression_type=shard_set.compression_type,
-        options=InputOptions(image_size=32, augment=False, shuffle_buffer=1),
+        options=DataConfig(image_size=32, augment=False, shuffle_buffer=1),
         num_records=count,
     )
     first, second = [], []

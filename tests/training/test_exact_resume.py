@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 
 from training import train
-from training.config import TrainConfig
+from training.config import DataConfig, TrainConfig
 from training.distribute import ClusterInfo
 from training.shards import ShardSet
 from training.task import ImageTask
@@ -69,8 +69,8 @@ def test_a_run_resumed_mid_epoch_feeds_every_step_what_an_uninterrupted_run_did(
             per_replica_batch_size=16,
             checkpoint_every=5,
             steps_per_call=1,
-            augment=False,  # the images themselves identify the examples
-            cache=cache,
+            # No augmentation: the images themselves identify the examples.
+            input=DataConfig(augment=False, cache=cache),
         )
 
     per_epoch = ShardSet.open(trainable_shards).num_records("train") // 16  # about 22
@@ -102,7 +102,7 @@ def test_a_stop_asked_for_in_an_epochs_last_step_lets_that_epoch_finish(
     checkpointed before the workers stop, so the resumed run does not skip its line."""
     config = TrainConfig(
         data=trainable_shards, output=str(tmp_path / "run"), epochs=2, per_replica_batch_size=16,
-        checkpoint_every=1000, steps_per_call=1, augment=False,
+        checkpoint_every=1000, steps_per_call=1, input=DataConfig(augment=False),
     )  # fmt: skip
     per_epoch = ShardSet.open(trainable_shards).num_records("train") // 16
 
