@@ -1,4 +1,4 @@
-"""image_model_pipeline: raw images -> TFRecord shards -> multi-worker training -> gated publish.
+"""image_model_pipeline: raw images -> TFRecord shards -> multi-worker training -> blessed publish.
 
 check_params -> shard_images -> validate_shards -> train -> evaluate -> approve_publish -> publish
 
@@ -15,7 +15,7 @@ import os
 import sys
 
 from airflow.sdk import Asset, Param, dag, get_current_context, task
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from orchestration import lineage
 from orchestration.approval import PublishApprovalOperator
@@ -65,6 +65,24 @@ def _root(params, name: str) -> str:
 
 def _paths(params, run_id) -> RunPaths:
     return RunPaths.for_run(_root(params, "output_root"), run_id)
+
+
+def _note(context, *, evaluated=None, published=None, not_published=None) -> None:
+    """The run's verdict on its page in the UI (orchestration/run_note.py)."""
+    from orchestration.run_note import run_note, set_run_note
+    from runspec.record import read_json
+
+    params, paths = context["params"], _paths(context["params"], context["run_id"])
+    note = run_note(
+        model_name=params["model_name"],
+        evaluation=evaluated or read_json(paths.evaluation),
+        published=published,
+        not_published=not_published,
+        data=context["ti"].xcom_pull(task_ids="validate_shards"),
+        run_root=paths.root,
+    )
+    print(note)
+    print(set_run_note(context["dag"].dag_id, context["run_id"], note))
 
 
 def _shard_options(params, run_id) -> dict:
@@ -165,36 +183,16 @@ def image_model_pipeline():
 
     @task(retries=1, execution_timeout=dt.timedelta(hours=2), **TENSORFLOW_QUEUE)
     def evaluate(trained: dict) -> dict:
-        from orchestration.evaluation import evaluate_run, write_json
-        from orchestration.plots import write_run_plots
-        from training.gate import AccuracyGateFailed, check_gate
+        from orchestration.evaluation import evaluate_and_bless
+        from training.gate import AccuracyGateFailed
 
         context = get_current_context()
         params, paths = context["params"], _paths(context["params"], context["run_id"])
-        evaluation = evaluate_run(
-            params["training_launcher"],
-            model_dir=trained["model_dir"],
-            shards_dir=paths.shards,
-            train_dir=paths.train,
-        )
-        write_json(evaluation, paths.evaluation)
-        pictures = write_run_plots(paths.train, evaluation, paths.root)
-        per_class = ", ".join(f"{k} {v:.2f}" for k, v in evaluation["per_class_accuracy"].items())
-        print(
-            f"held-out accuracy {evaluation['accuracy']:.3f} on {evaluation['num_examples']} "
-            f"{evaluation['split']} images (per class: {per_class}); plots: {', '.join(pictures)}"
-        )
         try:
-            check_gate(evaluation, params["accuracy_gate"])
+            return evaluate_and_bless(params, model_dir=trained["model_dir"], paths=paths)
         except AccuracyGateFailed as err:
+            _note(context, not_published=str(err))
             raise AirflowFailException(str(err)) from None
-        return {  # small: XCom, and the publish record's copy
-            "accuracy": evaluation["accuracy"],
-            "split": evaluation["split"],
-            "num_examples": evaluation["num_examples"],
-            "per_class_accuracy": evaluation["per_class_accuracy"],
-            "model_dir": trained["model_dir"],
-        }
 
     @task(
         retries=2,
@@ -202,27 +200,33 @@ def image_model_pipeline():
         outlets=[MODEL],
         execution_timeout=dt.timedelta(minutes=30),
     )
-    def publish(evaluation: dict) -> dict:
-        from orchestration.publish import PublishError, publish_model
+    def publish(evaluated: dict) -> dict:
+        from orchestration.publish import NotBlessed, PublishError, publish_run
 
         context = get_current_context()
         params = context["params"]
         try:
-            published = publish_model(
-                evaluation["model_dir"],
-                _root(params, "model_root"),
-                params["model_name"],
+            published = publish_run(
+                evaluated,
+                model_root=_root(params, "model_root"),
+                model_name=params["model_name"],
                 run_id=context["run_id"],
-                evaluation=evaluation,
             )
+        except NotBlessed as err:
+            _note(context, evaluated=evaluated, not_published=str(err))
+            if params["fail_when_not_blessed"]:
+                raise AirflowFailException(f"not published: {err}") from None
+            raise AirflowSkipException(f"not published: {err}") from None
         except PublishError as err:
             raise AirflowFailException(str(err)) from None
-        lineage.record(inputs=[evaluation["model_dir"]], outputs=[published["path"]])
+        lineage.record(inputs=[evaluated["model_dir"]], outputs=[published["path"]])
+        context["outlet_events"][MODEL].extra = published  # the Assets page, downstream DAGs
         print(
             f"published model {params['model_name']} version {published['version']} at "
-            f"{published['path']} (accuracy {evaluation['accuracy']:.3f})"
+            f"{published['path']} (accuracy {evaluated['accuracy']:.3f})"
         )
-        return {**published, "accuracy": evaluation["accuracy"]}
+        _note(context, evaluated=evaluated, published=published)
+        return published
 
     validated = validate_shards()
     check_params() >> shard_images >> validated

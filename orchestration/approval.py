@@ -26,4 +26,9 @@ class PublishApprovalOperator(ApprovalOperator):
         if not context["params"].get("require_approval"):
             self.log.info("require_approval is off: publishing without asking")
             return None
+        evaluated = context["ti"].xcom_pull(task_ids="evaluate") or {}
+        if not (evaluated.get("verdict") or {}).get("blessed", True):
+            # Nothing to approve: publish skips it with the reason (the verdict).
+            self.log.info("not blessed against the serving model: nobody is asked")
+            return None
         return super().execute(context)

@@ -1,5 +1,10 @@
-"""Where a run's held-out evaluation is computed: here for the local launcher, beside the
-training for the remote ones.
+"""A run's held-out evaluation and the publish decision taken from it.
+
+The candidate and the serving model (`LATEST` of the run's model name) are scored on
+the same held-out records in one pass; `training.gate.bless` then decides whether the
+candidate may replace it, and the verdict is kept in `evaluation.json`, the XCom that
+`publish` reads, and the publish record. Where the scores are computed: here for the
+local launcher, beside the training for the remote ones.
 
 With `kubernetes` or `vertex` the trainers run with `--evaluate`, so their chief
 scores the exported model where it trained and writes `evaluation.json` into the
@@ -12,22 +17,29 @@ from __future__ import annotations
 
 import json
 import posixpath
+from collections.abc import Mapping
+from typing import Any
 
 import fsspec
 
+from orchestration.runs import RunPaths
 from runspec.layout import EVALUATION
 from runspec.record import read_json
+from stageconfig import user_path
+from training.gate import BlessingRules, bless, check_gate, verdict_line
 
 
 class EvaluationMissing(RuntimeError):
     pass
 
 
-def evaluate_run(launcher: str, *, model_dir: str, shards_dir: str, train_dir: str) -> dict:
+def evaluate_run(
+    launcher: str, *, model_dir: str, shards_dir: str, train_dir: str, baseline: str | None = None
+) -> dict:
     if launcher == "local":
         from training.evaluate import evaluate_saved_model  # TensorFlow, on this machine
 
-        return evaluate_saved_model(model_dir, shards_dir)
+        return evaluate_saved_model(model_dir, shards_dir, baseline=baseline)
     path = posixpath.join(train_dir, EVALUATION)
     evaluation = read_json(path)
     if evaluation is None:
@@ -41,3 +53,59 @@ def evaluate_run(launcher: str, *, model_dir: str, shards_dir: str, train_dir: s
 def write_json(document: dict, path: str) -> None:
     with fsspec.open(path, "w", auto_mkdir=True) as handle:
         json.dump(document, handle, indent=2)
+
+
+def model_home(params: Mapping[str, Any]) -> str:
+    """<model_root>/<model_name>: where the run publishes, and whose LATEST is its baseline."""
+    return posixpath.join(user_path(params["model_root"]).rstrip("/"), params["model_name"])
+
+
+def blessing_rules(params: Mapping[str, Any]) -> BlessingRules:
+    return BlessingRules(
+        max_regression=params.get("max_regression", BlessingRules.max_regression),
+        max_class_regression=params.get("max_class_regression", BlessingRules.max_class_regression),
+    )
+
+
+def evaluate_and_bless(
+    params: Mapping[str, Any], *, model_dir: str, paths: RunPaths, log=print
+) -> dict:
+    """The evaluate task: score, decide, write evaluation.json and the plots; the small
+    summary `publish` and the run's note read. AccuracyGateFailed below the gate."""
+    from orchestration.plots import write_run_plots
+
+    evaluation = evaluate_run(
+        params["training_launcher"],
+        model_dir=model_dir,
+        shards_dir=paths.shards,
+        train_dir=paths.train,
+        baseline=model_home(params),
+    )
+    verdict = bless(evaluation, blessing_rules(params))
+    evaluation["verdict"] = verdict
+    write_json(evaluation, paths.evaluation)
+    pictures = write_run_plots(paths.train, evaluation, paths.root)
+    per_class = ", ".join(f"{k} {v:.2f}" for k, v in evaluation["per_class_accuracy"].items())
+    log(
+        f"held-out accuracy {evaluation['accuracy']:.3f} on {evaluation['num_examples']} "
+        f"{evaluation['split']} images (per class: {per_class}); plots: {', '.join(pictures)}"
+    )
+    log(verdict_line(verdict))
+    check_gate(evaluation, params["accuracy_gate"])
+    baseline = evaluation.get("baseline")
+    return {  # small: XCom, and the publish record's copy
+        "accuracy": evaluation["accuracy"],
+        "split": evaluation["split"],
+        "num_examples": evaluation["num_examples"],
+        "per_class_accuracy": evaluation["per_class_accuracy"],
+        "per_class_f1": evaluation.get("per_class_f1"),
+        "baseline": {
+            key: baseline.get(key)
+            for key in ("version", "path", "accuracy", "per_class_accuracy", "per_class_f1")
+        }
+        if baseline
+        else None,
+        "verdict": verdict,
+        "model_dir": model_dir,
+        "evaluation_path": paths.evaluation,
+    }

@@ -16,10 +16,12 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from beam_jobs.config import ShardConfig
+from orchestration.evaluation import model_home
 from orchestration.launchers import LAUNCHERS
 from orchestration.publish import MODEL_NAME_PATTERN
 from stageconfig import ConfigError, check, dag_param_fields, from_mapping, param, user_path
 from training.config import LaunchConfig, TrainConfig
+from training.gate import MIN_CLASS_EXAMPLES, BlessingRules
 
 # DAG Param name -> (stage config, field). Param names are the DAG's public API.
 STAGE_PARAMS: dict[str, tuple[type, str]] = {
@@ -84,6 +86,28 @@ class RunConfig:
         help="Publish only if held-out accuracy is at least this",
         section="Publishing",
     )
+    max_regression: float = param(
+        BlessingRules.max_regression,
+        minimum=0,
+        maximum=1,
+        help="Publish only if held-out accuracy is at most this below the serving model's "
+        "(LATEST of model_name), scored on the same images in the same pass",
+        section="Publishing",
+    )
+    max_class_regression: float = param(
+        BlessingRules.max_class_regression,
+        minimum=0,
+        maximum=1,
+        help="Publish only if no class's F1 falls more than this below the serving model's "
+        f"(classes with fewer than {MIN_CLASS_EXAMPLES} held-out images are not compared)",
+        section="Publishing",
+    )
+    fail_when_not_blessed: bool = param(
+        False,
+        help="Fail the run when the candidate is worse than the serving model (off: publish "
+        "is skipped with the reason, the run succeeds and the serving model stays)",
+        section="Publishing",
+    )
     model_root: str = param(
         help="Published models: <model_root>/<model_name>/<version>/", section="Publishing"
     )
@@ -119,6 +143,9 @@ RUN_PARAMS_AFTER_STAGES = (
     "beam_runner",
     "beam_options",
     "accuracy_gate",
+    "max_regression",
+    "max_class_regression",
+    "fail_when_not_blessed",
 )
 
 
@@ -200,5 +227,7 @@ def train_flags(params: Mapping[str, Any]) -> dict[str, Any]:
     An empty text field arrives as None from the trigger form: it means the default."""
     flags = {STAGE_PARAMS[name][1]: params.get(name) for name in TRAIN_FLAGS}
     if params.get("training_launcher", "local") != "local":
-        flags["evaluate"] = True  # evaluated where it trained (orchestration/evaluation.py)
+        # Evaluated where it trained, beside the serving model (orchestration/evaluation.py).
+        flags["evaluate"] = True
+        flags["baseline"] = model_home(params)
     return {flag: value for flag, value in flags.items() if value is not None}

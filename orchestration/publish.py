@@ -35,9 +35,9 @@ from fsspec.implementations.local import LocalFileSystem
 from runspec.layout import EVALUATION, SAVED_MODEL
 from runspec.record import RunFolderError, read_json
 from stageconfig import user_path
-from training.model_files import EXTRA_DIR, METADATA_FILE, WEIGHTS_FINGERPRINT
+from training.gate import verdict_line
+from training.model_files import EXTRA_DIR, LATEST, METADATA_FILE, WEIGHTS_FINGERPRINT
 
-LATEST = "LATEST"
 PUBLISH_RECORD = posixpath.join(EXTRA_DIR, "publish.json")
 STAGING_PREFIX = ".staging-"
 # A staging folder older than this belongs to a publisher that died mid-copy (a live one
@@ -52,6 +52,11 @@ MODEL_NAME_PATTERN = "^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$"
 
 class PublishError(ValueError):
     """A publishing request that cannot be right (a model name that is not a name)."""
+
+
+class NotBlessed(RuntimeError):
+    """The candidate is worse than the serving model (training.gate.bless): not published,
+    and LATEST stays where it is."""
 
 
 # Paths go through fsspec (local or gs://, no TensorFlow on the Airflow worker) one file at
@@ -143,10 +148,10 @@ def _publish_lock(model_home: str) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _set_latest(model_home: str, version: int) -> None:
+def _set_latest(model_home: str, version: int, *, backwards: bool = False) -> None:
     """Call with the publish lock held."""
     current = latest_version(posixpath.dirname(model_home), posixpath.basename(model_home))
-    if current is not None and current >= version:
+    if current is not None and current >= version and not backwards:
         return  # a newer model was published meanwhile; LATEST never moves backwards
     latest = posixpath.join(model_home, LATEST)
     if not _is_local(model_home):
@@ -249,6 +254,40 @@ def publish_model(
     return {"version": version, "path": target, "reused": False}
 
 
+def roll_back(model_root: str, model_name: str, version: int) -> int | None:
+    """Point LATEST at an earlier published `version` (a person's decision: the only way
+    LATEST moves backwards); the version it named before. The next run compares with it."""
+    model_home = posixpath.join(model_root.rstrip("/"), model_name)
+    if not _exists(posixpath.join(model_home, str(version), SAVED_MODEL)):
+        known = ", ".join(map(str, _versions(model_home))) or "none"
+        raise PublishError(f"{model_home} has no version {version} (published: {known})")
+    with _publish_lock(model_home):
+        before = latest_version(model_root.rstrip("/"), model_name)
+        _set_latest(model_home, version, backwards=True)
+    return before
+
+
+def publish_run(evaluated: dict, *, model_root: str, model_name: str, run_id: str) -> dict:
+    """The DAG's publish step: the evaluated candidate if blessed (NotBlessed if not), and
+    what a downstream consumer wants to know of it (the model Asset event's `extra`)."""
+    verdict = evaluated.get("verdict")
+    if verdict and not verdict["blessed"]:
+        raise NotBlessed(verdict_line(verdict))
+    published = publish_model(
+        evaluated["model_dir"], model_root, model_name, run_id=run_id, evaluation=evaluated
+    )
+    baseline = evaluated.get("baseline") or {}
+    return {
+        **published,
+        "model_name": model_name,
+        "run_id": run_id,
+        "accuracy": evaluated["accuracy"],
+        "baseline_version": baseline.get("version"),
+        "baseline_accuracy": baseline.get("accuracy"),
+        "verdict": verdict_line(verdict) if verdict else None,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     """`python -m orchestration.publish`: the DAG's publish task by hand."""
     import argparse
@@ -257,17 +296,33 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m orchestration.publish",
         description="Publish an exported model as <model-root>/<model-name>/<version>/ and "
-        "move LATEST to it. Publishing the same model under the same --run-id again returns "
-        "its version (a retry publishes nothing twice).",
+        "move LATEST to it, or roll LATEST back to an earlier version. Publishing the same "
+        "model under the same --run-id again returns its version (a retry publishes nothing "
+        "twice).",
     )
-    parser.add_argument(
-        "--model", required=True, type=user_path, help="SavedModel folder (RUN_DIR/model)."
-    )
+    parser.add_argument("--model", type=user_path, help="SavedModel folder (RUN_DIR/model).")
     parser.add_argument("--model-root", required=True, type=user_path)
     parser.add_argument("--model-name", required=True)
-    parser.add_argument("--run-id", required=True, help="Identifies this publication.")
+    parser.add_argument("--run-id", help="Identifies this publication.")
     parser.add_argument("--evaluation", help=f"{EVALUATION} to keep with the version.")
+    parser.add_argument(
+        "--rollback",
+        type=int,
+        metavar="VERSION",
+        help="Instead of publishing: point LATEST at this earlier version (serving and the "
+        "next run's comparison follow it).",
+    )
     args = parser.parse_args(argv)
+    if args.rollback is not None:
+        try:
+            before = roll_back(args.model_root, args.model_name, args.rollback)
+        except PublishError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        print(f"{args.model_name}: LATEST {before} -> {args.rollback}")
+        return 0
+    if not args.model or not args.run_id:
+        parser.error("--model and --run-id are required to publish (or give --rollback)")
     if not _exists(posixpath.join(args.model, SAVED_MODEL)):
         print(f"error: no SavedModel at {args.model}", file=sys.stderr)
         return 2

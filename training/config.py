@@ -249,6 +249,13 @@ class TrainConfig:
         "so evaluation runs where training ran instead of on the Airflow worker",
         section="Training",
     )
+    baseline: str = param(
+        "",
+        help="With --evaluate: also score this model on the same held-out records, for the "
+        "publish decision: a SavedModel folder, or a published model's home "
+        "(MODEL_ROOT/NAME: the version its LATEST names; nothing published yet is fine)",
+        section="Training",
+    )
     synthetic_input: bool = param(
         False,
         help="Diagnosis: train on one in-memory random batch repeated instead of the shards "
@@ -258,7 +265,7 @@ class TrainConfig:
     )
 
     def __post_init__(self) -> None:
-        for name in ("data", "output"):  # file://, ~ -> a path
+        for name in ("data", "output", "baseline"):  # file://, ~ -> a path
             object.__setattr__(self, name, stageconfig.user_path(getattr(self, name)))
         stageconfig.check(self)
         stageconfig.check_output_folder("--output", self.output)

@@ -124,7 +124,7 @@ def run(config: train_config.TrainConfig) -> int:
     if path and config.evaluate:
         from training.evaluate import evaluate_saved_model, write_evaluation
 
-        evaluation = evaluate_saved_model(path, config.data)
+        evaluation = evaluate_saved_model(path, config.data, baseline=config.baseline or None)
         written = trainer.folder.path(EVALUATION)
         write_evaluation(evaluation, written)
         log.info(

@@ -14,9 +14,11 @@ DEFAULTS = {name: fields["default"] for name, fields in PARAMS.items()}
 
 
 def test_remote_launchers_ask_the_trainers_to_evaluate_and_local_does_not():
-    assert "evaluate" not in train_flags(DEFAULTS)
+    assert "evaluate" not in train_flags(DEFAULTS) and "baseline" not in train_flags(DEFAULTS)
     for launcher in ("kubernetes", "vertex"):
-        assert train_flags({**DEFAULTS, "training_launcher": launcher})["evaluate"] is True
+        flags = train_flags({**DEFAULTS, "training_launcher": launcher})
+        # Beside the serving model: LATEST of the run's model name, read by the trainer.
+        assert flags["evaluate"] is True and flags["baseline"] == "m/shapes"
 
 
 @pytest.mark.slow

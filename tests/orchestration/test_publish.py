@@ -131,3 +131,70 @@ def test_publish_cli_publishes_once_per_run_id_and_refuses_bad_names(model_dir, 
     bad = ["--model", model_dir, "--model-root", root, "--model-name", "../x", "--run-id", "r"]
     assert main(bad) == 2
     assert "not a plain name" in capsys.readouterr().err
+
+
+def _evaluated(model_dir: str, blessed: bool | None) -> dict:
+    verdict = None
+    if blessed is not None:
+        verdict = {
+            "blessed": blessed,
+            "compared": True,
+            "reasons": [] if blessed else ["accuracy 0.500 is 0.400 below the serving model's"],
+            "accuracy": 0.9 if blessed else 0.5,
+            "baseline_accuracy": 0.9,
+            "baseline_version": 1,
+        }
+    return {
+        "model_dir": model_dir,
+        "accuracy": verdict["accuracy"] if verdict else 0.9,
+        "baseline": {"version": 1, "accuracy": 0.9} if verdict else None,
+        "verdict": verdict,
+    }
+
+
+def test_a_candidate_not_blessed_is_not_published_and_latest_stays(model_dir, tmp_path):
+    root = str(tmp_path / "models")
+    publish_model(model_dir, root, "m", run_id="run-1")
+    with pytest.raises(publish_module.NotBlessed, match=r"^not blessed: accuracy 0\.500 is 0\.400"):
+        publish_module.publish_run(
+            _evaluated(model_dir, False), model_root=root, model_name="m", run_id="run-2"
+        )
+    assert latest_version(root, "m") == 1
+    assert sorted(p.name for p in (tmp_path / "models" / "m").iterdir()) == ["1", LATEST]
+
+
+def test_a_blessed_candidate_is_published_with_what_a_consumer_wants_to_know(model_dir, tmp_path):
+    root = str(tmp_path / "models")
+    publish_model(model_dir, root, "m", run_id="run-1")
+    published = publish_module.publish_run(
+        _evaluated(model_dir, True), model_root=root, model_name="m", run_id="run-2"
+    )
+    assert latest_version(root, "m") == 2
+    assert {k: published[k] for k in ("version", "run_id", "accuracy", "baseline_version")} == {
+        "version": 2,
+        "run_id": "run-2",
+        "accuracy": 0.9,
+        "baseline_version": 1,
+    }
+    assert published["verdict"].startswith("blessed: 0.900 vs the serving model's 0.900")
+    record = json.loads((tmp_path / "models/m/2" / publish_module.PUBLISH_RECORD).read_text())
+    assert record["evaluation"]["verdict"]["blessed"] is True
+    assert record["evaluation"]["baseline"]["version"] == 1
+
+
+def test_rollback_points_latest_at_an_earlier_version_and_refuses_one_not_there(
+    model_dir, tmp_path, capsys
+):
+    root = str(tmp_path / "models")
+    for run in ("run-1", "run-2", "run-3"):
+        publish_model(model_dir, root, "m", run_id=run)
+    argv = ["--model-root", root, "--model-name", "m", "--rollback"]
+    assert publish_module.main([*argv, "2"]) == 0
+    assert capsys.readouterr().out == "m: LATEST 3 -> 2\n"
+    assert latest_version(root, "m") == 2
+    assert publish_module.main([*argv, "7"]) == 2
+    assert capsys.readouterr().err == (f"error: {root}/m has no version 7 (published: 1, 2, 3)\n")
+    assert latest_version(root, "m") == 2
+    # A new publication still takes the next number and moves LATEST forward.
+    assert publish_model(model_dir, root, "m", run_id="run-4")["version"] == 4
+    assert latest_version(root, "m") == 4

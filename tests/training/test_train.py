@@ -413,3 +413,56 @@ def test_resume_conflicts_names_each_changed_parameter():
     ]
     # A key an older trainer did not record is not held against the run.
     assert resume_conflicts({"architecture": "small_cnn"}, {**saved, "num_classes": 4}) == []
+
+
+def test_a_candidate_is_published_only_when_not_worse_than_the_serving_model(
+    trainable_shards, tmp_path, capsys
+):
+    """The blessing, with real models scored in one pass over the same held-out records:
+    a clearly worse candidate (one epoch) does not replace a good serving model (30
+    epochs), a better one replaces a poor one, and a label-map change skips the
+    comparison, saying why."""
+    from orchestration.publish import NotBlessed, latest_version, publish_model, publish_run
+    from training import evaluate
+    from training.gate import bless
+
+    for name, epochs in (("good", "30"), ("bad", "1")):
+        proc = _launch(
+            "--data", trainable_shards, "--output", str(tmp_path / name), "--epochs", epochs,
+            workers=1,
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    good, bad = str(tmp_path / "good" / "model"), str(tmp_path / "bad" / "model")
+    root, home = str(tmp_path / "models"), str(tmp_path / "models" / "m")
+
+    def judged(model: str) -> dict:
+        evaluation = evaluate.evaluate_saved_model(model, trainable_shards, baseline=home)
+        return {**evaluation, "model_dir": model, "verdict": bless(evaluation)}
+
+    publish_model(bad, root, "m", run_id="first")  # a poor model in production
+    better = judged(good)
+    assert better["baseline"]["version"] == 1 and better["verdict"]["blessed"], better["verdict"]
+    assert better["accuracy"] > better["baseline"]["accuracy"] + 0.2
+    assert publish_run(better, model_root=root, model_name="m", run_id="good")["version"] == 2
+
+    worse = judged(bad)
+    assert worse["baseline"]["version"] == 2 and not worse["verdict"]["blessed"]
+    with pytest.raises(NotBlessed, match=r"^not blessed: accuracy 0\.\d+ is 0\.\d+ below the"):
+        publish_run(worse, model_root=root, model_name="m", run_id="bad-again")
+    assert latest_version(root, "m") == 2
+
+    # By hand: exit 1 and the verdict line when not blessed, 0 when blessed.
+    assert evaluate.main(["--model", bad, "--data", trainable_shards, "--baseline", home]) == 1
+    assert "not blessed: accuracy" in capsys.readouterr().out
+    assert evaluate.main(["--model", good, "--data", trainable_shards, "--baseline", home]) == 0
+    assert "blessed: " in capsys.readouterr().out
+
+    # The serving model of another label map cannot be compared: the gate alone decides.
+    relabelled = shutil.copytree(good, tmp_path / "relabelled")
+    labels_file = relabelled / EXTRA_DIR / LABELS_FILE
+    labels_file.write_text(json.dumps(["a", "b", "c", "d"]))
+    evaluation = evaluate.evaluate_saved_model(bad, trainable_shards, baseline=str(relabelled))
+    assert "baseline" not in evaluation
+    verdict = bless(evaluation)
+    assert verdict["blessed"] and not verdict["compared"]
+    assert verdict["warning"].startswith("the serving model's labels (4: a, b, c, d) are not")

@@ -1,0 +1,139 @@
+"""The run's verdict where a person looks: the DAG run's note on its page in the UI.
+
+Airflow 3 keeps task code away from the metadata database, and its Task SDK has no call
+that sets the current run's note (the execution API reads notes, it does not write
+them). The public REST API does: `PATCH /api/v2/dags/{dag_id}/dagRuns/{run_id}` with a
+`note` (at most 1,000 characters). The `report` task calls it with the credentials of
+the Airflow connection `imagepipe_api` (an http connection: host = the API server's
+base URL, login and password of a user who may edit runs). Without that connection, on
+a local `airflow standalone` (simple auth manager), it uses the admin password that
+Airflow generated in AIRFLOW_HOME. With neither, the note goes to the task log only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+from training.gate import verdict_line
+
+CONNECTION_ID = "imagepipe_api"
+MAX_NOTE = 1000  # the REST API's limit
+
+
+def _accuracy_line(evaluation: dict) -> str:
+    line = (
+        f"held-out {evaluation['split']} accuracy {evaluation['accuracy']:.3f} on "
+        f"{evaluation['num_examples']} images"
+    )
+    baseline = evaluation.get("baseline")
+    if baseline:
+        line += f"; serving model (version {baseline['version']}) {baseline['accuracy']:.3f}"
+    return line
+
+
+def run_note(
+    *,
+    model_name: str,
+    evaluation: dict | None,
+    published: dict | None,
+    not_published: str | None,
+    data: dict | None,
+    run_root: str,
+) -> str:
+    """A few lines of Markdown: the outcome first, then the numbers behind it."""
+    if published:
+        state = "already published as" if published.get("reused") else "published"
+        lines = [f"**{model_name}: {state} version {published['version']}**"]
+    else:
+        lines = [f"**{model_name}: not published** ({not_published or 'the run did not finish'})"]
+    if evaluation:
+        lines.append(_accuracy_line(evaluation))
+        verdict = evaluation.get("verdict")
+        if verdict:
+            lines.append(verdict_line(verdict))
+            changes = verdict.get("class_changes") or {}
+            if changes:
+                worst = sorted(changes.items(), key=lambda item: item[1])[:6]
+                lines.append(
+                    f"per-class {verdict.get('class_metric', 'accuracy')} change vs serving: "
+                    + ", ".join(f"{name} {change:+.2f}" for name, change in worst)
+                )
+    if data:
+        splits = data.get("records_per_split") or {}
+        lines.append(
+            f"trained on {splits.get('train', '?')} images of {data.get('num_classes', '?')} "
+            f"classes ({data.get('num_records', '?')} images in all splits)"
+        )
+    lines.append(f"evaluation and plots: {posixpath.join(run_root, '')}")
+    note = "\n\n".join(lines)
+    return note if len(note) <= MAX_NOTE else note[: MAX_NOTE - 1] + "…"
+
+
+def _credentials() -> tuple[str, str, str] | None:
+    """(base URL, user, password) of the connection, else of a local standalone's admin."""
+    try:
+        from airflow.sdk import Connection
+
+        connection = Connection.get(CONNECTION_ID)
+    except Exception:
+        connection = None
+    if connection is not None and connection.host:
+        host = connection.host if "://" in connection.host else f"http://{connection.host}"
+        base = f"{host}:{connection.port}" if connection.port else host
+        return base.rstrip("/"), connection.login or "", connection.password or ""
+    home = Path(os.environ.get("AIRFLOW_HOME", Path.home() / "airflow"))
+    passwords = home / "simple_auth_manager_passwords.json.generated"
+    if not passwords.exists():
+        return None
+    from airflow.configuration import conf
+
+    execution = conf.get("core", "execution_api_server_url", fallback="") or ""
+    base = execution.rstrip("/").removesuffix("/execution") or conf.get(
+        "api", "base_url", fallback="http://localhost:8080"
+    )
+    try:
+        password = json.loads(passwords.read_text())["admin"]
+    except (ValueError, KeyError):
+        return None
+    return base.rstrip("/"), "admin", password
+
+
+def _request(method: str, url: str, body: dict, token: str | None = None) -> dict:
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), method=method, headers=headers
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read() or b"null") or {}
+
+
+def set_run_note(dag_id: str, run_id: str, note: str) -> str:
+    """Set the run's note; what happened, in one line (never raises: the note is a
+    courtesy, the run's outcome does not depend on it)."""
+    credentials = _credentials()
+    if credentials is None:
+        return (
+            f"no Airflow connection {CONNECTION_ID!r} (http: the API server's URL, a user "
+            "and password): the verdict is in this log only"
+        )
+    base, user, password = credentials
+    try:
+        token = _request("POST", f"{base}/auth/token", {"username": user, "password": password})
+        quote = urllib.parse.quote
+        _request(
+            "PATCH",
+            f"{base}/api/v2/dags/{quote(dag_id)}/dagRuns/{quote(run_id, safe='')}?update_mask=note",
+            {"note": note},
+            token.get("access_token"),
+        )
+    except (urllib.error.URLError, OSError, ValueError) as err:
+        return f"could not set the run's note through {base}: {err}"
+    return f"set the run's note through {base}"

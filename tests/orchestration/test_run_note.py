@@ -1,0 +1,121 @@
+"""The run's verdict as its note in the UI."""
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+from orchestration import run_note
+from training.gate import bless
+
+EVALUATION = {
+    "split": "test",
+    "accuracy": 0.84,
+    "num_examples": 120,
+    "per_class_accuracy": {"circle": 0.70, "square": 0.98},
+    "per_class_examples": {"circle": 60, "square": 60},
+    "baseline": {
+        "version": 4,
+        "accuracy": 0.91,
+        "per_class_accuracy": {"circle": 0.90, "square": 0.92},
+    },
+}
+DATA = {"num_records": 1000, "records_per_split": {"train": 800}, "num_classes": 2}
+
+
+def test_a_run_not_blessed_says_why_beside_both_scores():
+    evaluation = {**EVALUATION, "verdict": bless(EVALUATION)}
+    note = run_note.run_note(
+        model_name="shapes",
+        evaluation=evaluation,
+        published=None,
+        not_published="not blessed: accuracy 0.840 is 0.070 below",
+        data=DATA,
+        run_root="/out/runs/r1",
+    )
+    lines = note.split("\n\n")
+    assert lines[0] == "**shapes: not published** (not blessed: accuracy 0.840 is 0.070 below)"
+    assert lines[1] == (
+        "held-out test accuracy 0.840 on 120 images; serving model (version 4) 0.910"
+    )
+    assert "class circle accuracy 0.700 is 0.200 below" in lines[2]
+    assert lines[3] == "per-class accuracy change vs serving: circle -0.20, square +0.06"
+    assert lines[4] == "trained on 800 images of 2 classes (1000 images in all splits)"
+    assert lines[5] == "evaluation and plots: /out/runs/r1/"
+
+
+def test_a_published_run_names_its_version_and_the_note_fits_the_api():
+    note = run_note.run_note(
+        model_name="shapes",
+        evaluation={**EVALUATION, "per_class_accuracy": {f"c{i}": 0.5 for i in range(400)}},
+        published={"version": 5, "reused": False},
+        not_published=None,
+        data=None,
+        run_root="/r",
+    )
+    assert note.startswith("**shapes: published version 5**")
+    assert len(note) <= run_note.MAX_NOTE
+
+
+class _Api(BaseHTTPRequestHandler):
+    seen: list = []
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.seen.append(("POST", self.path, body, None))
+        self._reply({"access_token": "t0k"})
+
+    def do_PATCH(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.seen.append(("PATCH", self.path, body, self.headers["Authorization"]))
+        self._reply({"note": body["note"]})
+
+    def _reply(self, document):
+        data = json.dumps(document).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_the_note_is_set_through_the_public_rest_api_with_the_connections_user(monkeypatch):
+    server = HTTPServer(("127.0.0.1", 0), _Api)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv(
+            "AIRFLOW_CONN_IMAGEPIPE_API",
+            json.dumps(
+                {
+                    "conn_type": "http",
+                    "host": "http://127.0.0.1",
+                    "port": server.server_port,
+                    "login": "bot",
+                    "password": "pw",
+                }
+            ),
+        )
+        said = run_note.set_run_note(
+            "image_model_pipeline", "manual__2026-12-05T10:00:00+00:00", "hi"
+        )
+    finally:
+        server.shutdown()
+    assert said == f"set the run's note through http://127.0.0.1:{server.server_port}"
+    assert _Api.seen == [
+        ("POST", "/auth/token", {"username": "bot", "password": "pw"}, None),
+        (
+            "PATCH",
+            "/api/v2/dags/image_model_pipeline/dagRuns/"
+            "manual__2026-12-05T10%3A00%3A00%2B00%3A00?update_mask=note",
+            {"note": "hi"},
+            "Bearer t0k",
+        ),
+    ]
+
+
+def test_without_credentials_the_note_stays_in_the_log(monkeypatch, tmp_path):
+    monkeypatch.delenv("AIRFLOW_CONN_IMAGEPIPE_API", raising=False)
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path))
+    said = run_note.set_run_note("d", "r", "hi")
+    assert said.startswith("no Airflow connection 'imagepipe_api'")
