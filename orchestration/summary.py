@@ -1,7 +1,9 @@
-"""What a person wants to know after a run, in a few lines: the published model, how good
-it is per class, and where the evaluation, plots and TensorBoard logs are.
+"""What a person wants to know after a run, in a few lines: what the newest run decided
+(published, or not and why), the model being served, how good it is per class, and where
+the evaluation, plots and TensorBoard logs are.
 
     python -m orchestration.summary --model-root MODELS [--model-name shapes]
+        [--output-root PIPELINE]
 """
 
 from __future__ import annotations
@@ -16,10 +18,31 @@ from orchestration.publish import LATEST, PUBLISH_RECORD, latest_version
 from runspec.layout import CONFUSION, CURVES, EVALUATION, METRICS, TENSORBOARD
 from runspec.record import RunFolderError, RunRecord, read_json
 from stageconfig import user_path
+from training.gate import verdict_line
 
 
 class SummaryError(ValueError):
     """Nothing (readable) is published under that name."""
+
+
+def newest_run_verdict(output_root: str) -> str | None:
+    """The newest run's decision, in one line (None: no run has evaluated yet)."""
+    fs, runs = fsspec.core.url_to_fs(posixpath.join(output_root.rstrip("/"), "runs"))
+    if not fs.isdir(runs):
+        return None
+    folders = [entry for entry in fs.ls(runs, detail=True) if entry["type"] == "directory"]
+    for folder in sorted(folders, key=lambda entry: entry.get("mtime", 0), reverse=True):
+        evaluation = read_json(posixpath.join(folder["name"], EVALUATION))
+        if evaluation is None:
+            continue
+        run = posixpath.basename(folder["name"].rstrip("/"))
+        verdict = evaluation.get("verdict")
+        if verdict is None:
+            return f"run {run}: evaluated, accuracy {evaluation['accuracy']:.3f}"
+        if verdict["blessed"]:
+            return f"run {run}: {verdict_line(verdict)}"
+        return f"run {run}: not published, {verdict_line(verdict)}"
+    return None
 
 
 def summary(model_root: str, model_name: str) -> str:
@@ -67,8 +90,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m orchestration.summary", description=__doc__)
     parser.add_argument("--model-root", required=True, type=user_path)
     parser.add_argument("--model-name", default="shapes")
+    parser.add_argument(
+        "--output-root",
+        type=user_path,
+        help="The DAG's output_root: say what its newest run decided.",
+    )
     args = parser.parse_args(argv)
     try:
+        if args.output_root and (line := newest_run_verdict(args.output_root)):
+            print(line)
         print(summary(args.model_root, args.model_name))
     except (SummaryError, RunFolderError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -6,9 +6,15 @@ DEMO_DIR="${DEMO_DIR:-$REPO/demo-output}"
 export AIRFLOW_HOME="$DEMO_DIR/airflow"
 source "$REPO/scripts/airflow-env.sh"
 
-rm -rf "$DEMO_DIR"
+# Nothing here is removed: a second demo is the next scheduled run of the first one. It
+# compares its model with the one served (LATEST) and publishes only if not worse; runs,
+# models published from the UI, and the Airflow database stay (remove demo-output/ to
+# start over).
 mkdir -p "$DEMO_DIR"
-python -m beam_jobs.sample_data "$DEMO_DIR/images" --images-per-class 250 --with-corrupt
+if [ ! -d "$DEMO_DIR/images" ]; then
+  python -m beam_jobs.sample_data "$DEMO_DIR/images.partial" --images-per-class 250 --with-corrupt
+  mv "$DEMO_DIR/images.partial" "$DEMO_DIR/images"
+fi
 airflow db migrate > "$DEMO_DIR/airflow-db-migrate.log" 2>&1
 CONF=$(cat <<JSON
 {"input_uri": "$DEMO_DIR/images", "output_root": "$DEMO_DIR/pipeline",
@@ -25,4 +31,5 @@ if ! wait "$DAG_PID"; then
   echo "demo: the DAG run failed; full log in $DEMO_DIR/dag-run.log" >&2
   exit 1
 fi
-python -m orchestration.summary --model-root "$DEMO_DIR/models" --model-name shapes
+python -m orchestration.summary --model-root "$DEMO_DIR/models" --model-name shapes \
+  --output-root "$DEMO_DIR/pipeline"

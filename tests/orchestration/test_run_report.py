@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from orchestration import plots, progress, summary
+from training.gate import bless
 
 METRICS = {
     "epochs": [
@@ -121,3 +122,29 @@ def test_progress_lines_only_for_changes():
     }
     assert progress.describe_changes(before, after) == ["  a: success in 5s", "  b: started"]
     assert progress.describe_changes(after, after) == []
+
+
+def test_the_summary_first_says_what_the_newest_run_decided(tmp_path, capsys):
+    models = tmp_path / "models" / "shapes" / "1"
+    (models / "assets.extra").mkdir(parents=True)
+    (tmp_path / "models" / "shapes" / "LATEST").write_text("1\n")
+    runs = tmp_path / "out" / "runs"
+    serving = {"version": 1, "accuracy": 0.85, "per_class_accuracy": {"circle": 1.0}}
+    for name, evaluation in (
+        ("old", {**EVALUATION, "baseline": {**serving, "accuracy": 0.7}}),
+        ("new", {**EVALUATION, "baseline": serving}),
+    ):
+        evaluation["verdict"] = bless(evaluation)
+        (runs / name).mkdir(parents=True)
+        (runs / name / "evaluation.json").write_text(json.dumps(evaluation))
+    import os
+
+    os.utime(runs / "old", (1, 1))  # the older run
+    argv = ["--model-root", str(tmp_path / "models"), "--output-root", str(tmp_path / "out")]
+    assert summary.main(argv) == 0
+    first, second = capsys.readouterr().out.splitlines()[:2]
+    assert first == (
+        "run new: not published, not blessed: accuracy 0.750 is 0.100 below the serving "
+        "model's 0.850 (version 1; allowed 0.01)"
+    )
+    assert second.startswith("published shapes version 1: ")
