@@ -111,6 +111,13 @@ class RunConfig:
     model_root: str = param(
         help="Published models: <model_root>/<model_name>/<version>/", section="Publishing"
     )
+    warm_start: str | None = param(
+        "",
+        help="Start training from earlier weights: latest (the model published as "
+        "model_name), a path to a run's model or train folder or a published version, or "
+        "imagenet (pretrained backbones); empty: from scratch",
+        section="Training",
+    )
     reuse_training: bool = param(
         False,
         help="Skip training when an earlier run finished training on shards with the same "
@@ -194,7 +201,10 @@ def dag_params(*, input_uri: str, output_root: str, model_root: str) -> dict[str
         "num_workers": stage("num_workers"),
         **{name: run(name) for name in RUN_PARAMS_AFTER_STAGES},
         "model_root": run("model_root", default=model_root),
-        **{name: run(name) for name in ("reuse_training", "require_approval", "model_name")},
+        **{
+            name: run(name)
+            for name in ("warm_start", "reuse_training", "require_approval", "model_name")
+        },
     }
 
 
@@ -226,6 +236,8 @@ def train_flags(params: Mapping[str, Any]) -> dict[str, Any]:
 
     An empty text field arrives as None from the trigger form: it means the default."""
     flags = {STAGE_PARAMS[name][1]: params.get(name) for name in TRAIN_FLAGS}
+    if warm := params.get("warm_start"):
+        flags["init_from"] = model_home(params) if warm == "latest" else user_path(warm)
     if params.get("training_launcher", "local") != "local":
         # Evaluated where it trained, beside the serving model (orchestration/evaluation.py).
         flags["evaluate"] = True

@@ -249,6 +249,16 @@ class TrainConfig:
         "so evaluation runs where training ran instead of on the Airflow worker",
         section="Training",
     )
+    init_from: str = param(
+        "",
+        help="Start from an earlier model's weights instead of random ones: a run's model/ "
+        "or train folder, a published version, a published model's home (MODEL_ROOT/NAME: "
+        "its LATEST), imagenet (Keras' pretrained backbones: mobilenet_v3_small, resnet50), "
+        "or a .weights.h5 file of the backbone. The classifier head is kept when the classes "
+        "match. Only a run's first start; part of the recipe a resume checks",
+        section="Model",
+        tags=(RESUME,),
+    )
     baseline: str = param(
         "",
         help="With --evaluate: also score this model on the same held-out records, for the "
@@ -265,7 +275,7 @@ class TrainConfig:
     )
 
     def __post_init__(self) -> None:
-        for name in ("data", "output", "baseline"):  # file://, ~ -> a path
+        for name in ("data", "output", "baseline", "init_from"):  # file://, ~ -> a path
             object.__setattr__(self, name, stageconfig.user_path(getattr(self, name)))
         stageconfig.check(self)
         stageconfig.check_output_folder("--output", self.output)

@@ -93,6 +93,9 @@ def run(config: train_config.TrainConfig) -> int:
         history = trainer.run()
     except Preempted:
         return exit_codes.PREEMPTED
+    except train_config.ConfigError as err:  # the init source could not be loaded
+        print(f"error: {err}", file=sys.stderr)
+        return exit_codes.BAD_INPUT
     except tf.errors.DataLossError as err:  # a record's CRC or length did not check out
         corrupt = shard_set.corrupt_files()
         named = (

@@ -26,6 +26,7 @@ import tensorflow as tf
 from runspec.layout import CHECKPOINTS, MODEL, TENSORBOARD
 from shardspec.folder import too_few_classes
 from shardspec.layout import SPLIT_NAMES
+from training import warm_start
 from training.config import TrainConfig, min_train_records, scaled_learning_rate
 from training.diagnosis import InputDiagnosis
 from training.distribute import ClusterInfo, StopAgreement
@@ -112,6 +113,12 @@ class Trainer:
         self.steps_per_epoch = config.steps_per_epoch or train_records // self.global_batch_size
         self.total_steps = self.steps_per_epoch * config.epochs
         self.learning_rate = scaled_learning_rate(config.learning_rate, self.global_batch_size)
+        self.init_source = warm_start.resolve(
+            config.init_from,
+            architecture=config.architecture,
+            image_size=config.input.image_size,
+        )
+        self.warm_started = ""  # what the first start loaded (--init-from)
         self.input = DistributedInput(config, cluster, strategy, shard_set)
         self.stop = StopAgreement(cluster, strategy)
         self.resumed_from_step = 0
@@ -194,6 +201,15 @@ class Trainer:
         """Train to `total_steps` from wherever the checkpoints left off; -> the epochs."""
         self.build()
         self.restore()
+        if self.init_source and not self.resumed_from_step:
+            self.warm_started = warm_start.load(
+                self.task.model,
+                self.init_source,
+                architecture=self.config.architecture,
+                image_size=self.config.input.image_size,
+                labels=self.shards.label_names,
+            )
+            log.info("%s: warm start: %s", self.cluster.name, self.warm_started)
         if self.cluster.is_chief:
             self.folder.write_config(self.effective_config())
         history = self.folder.load_history() if self.resumed_from_step else []
@@ -293,6 +309,7 @@ class Trainer:
             "total_steps": self.total_steps,
             "num_classes": self.shards.num_classes,
             "shards_content": self.shards.folder.content_id,
+            "init_source": self.init_source.describe() if self.init_source else None,
         }
 
     def export(self, history: list[dict]) -> str | None:

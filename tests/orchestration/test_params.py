@@ -1,4 +1,5 @@
 import argparse
+import os
 import re
 
 import pytest
@@ -117,3 +118,13 @@ def test_beam_options_may_add_job_flags_the_dag_does_not_set():
     params = {**DEFAULTS, "beam_options": {"compression": "gzip", "project": "p"}}
     options = shard_job_options(params, "shards")
     assert options["compression"] == "gzip" and options["max-side"] == DEFAULTS["max_side"]
+
+
+def test_warm_start_latest_is_the_served_model_of_this_runs_name(tmp_path):
+    roots = _roots(tmp_path)
+    assert "init_from" not in train_flags({**DEFAULTS, **roots, "warm_start": None})
+    check_run({**DEFAULTS, **roots, "warm_start": None})  # the form's empty box
+    flags = train_flags({**DEFAULTS, **roots, "warm_start": "latest", "model_name": "cats"})
+    assert flags["init_from"] == os.path.expanduser("~/models/cats")
+    flags = train_flags({**DEFAULTS, **roots, "warm_start": "file:///runs/r1/train/model"})
+    assert flags["init_from"] == "/runs/r1/train/model"
