@@ -1,4 +1,4 @@
-"""`make bench`: all four benchmarks side by side in one run, then the report.
+"""`make bench`: all five benchmarks side by side in one run, then the report.
 
     python -m bench [--images N] [--repeats R] [--only NAME ...] [--results DIR]
 
@@ -12,9 +12,9 @@ import argparse
 import time
 from pathlib import Path
 
-from bench import common, input_pipeline, orchestration, report, sharding, training
+from bench import common, input_pipeline, orchestration, report, sharding, training, warm_start
 
-NAMES = ("input_pipeline", "sharding", "training", "orchestration")
+NAMES = ("input_pipeline", "sharding", "training", "orchestration", "warm_start")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,6 +55,14 @@ def main(argv: list[str] | None = None) -> int:
                 steps=steps,
                 # The smoke set's train split must hold one batch of the large-batch runs.
                 batch_per_worker=8 if args.smoke else 32,
+                results_dir=args.results,
+            )
+        elif name == "warm_start":
+            # The demo's recipe: 1,000 images, 30 epochs (smoke: a tiny set, 3 epochs).
+            warm_start.run(
+                args.work,
+                images=64 if args.smoke else n // 3,
+                epochs=3 if args.smoke else 30,
                 results_dir=args.results,
             )
         else:

@@ -155,6 +155,17 @@ def rows(results: dict) -> list[tuple[str, str, str]]:
                  f"{r['second_run_shard_seconds']['median']:.1f})",
                  f"ratio_second_vs_first_run {r['ratio_second_vs_first_run']:.2f}")
             )  # fmt: skip
+    if "warm_start" in results:
+        r = results["warm_start"]
+        accuracy, p = r["accuracy"], r["params"]
+        out.append(
+            (f"warm start: {p['warm_epochs']} epochs from the served model vs {p['epochs']} "
+             f"from scratch, {p['images_first']} + 10 % new images (held-out accuracy)",
+             f"{accuracy['warm']:.3f} vs {accuracy['cold_full']:.3f} ({p['warm_epochs']} "
+             f"epochs from scratch: {accuracy['cold_short']:.3f})",
+             f"ratio_warm_vs_cold_accuracy {r['ratio_warm_vs_cold_accuracy']:.2f}, "
+             f"ratio_warm_vs_cold_seconds {r['ratio_warm_vs_cold_seconds']:.2f}")
+        )  # fmt: skip
     return out
 
 
@@ -200,7 +211,7 @@ def load(results_dir: Path) -> dict:
     return {
         p.stem: json.loads(p.read_text())
         for p in sorted(results_dir.glob("*.json"))
-        if p.stem in ("input_pipeline", "sharding", "training", "orchestration")
+        if p.stem in ("input_pipeline", "sharding", "training", "orchestration", "warm_start")
     }
 
 

@@ -38,6 +38,7 @@ RATIOS = {
         "input_bound_share",
     ],
     "orchestration": ["ratio_wall_vs_stages", "ratio_second_vs_first_run"],
+    "warm_start": ["ratio_warm_vs_cold_accuracy", "ratio_warm_vs_cold_seconds"],
 }
 
 

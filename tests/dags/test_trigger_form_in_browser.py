@@ -61,7 +61,7 @@ def test_trigger_from_the_form_then_clear_one_task(chromium, standalone, images,
         "output_root": str(tmp_path / "out"),
         "model_root": str(tmp_path / "models"),
         "model_name": "browser-model",
-        "epochs": "2",
+        "epochs": "6",
         "num_workers": "1",
         "accuracy_gate": "0",
     }
@@ -94,7 +94,7 @@ def test_trigger_from_the_form_then_clear_one_task(chromium, standalone, images,
             time.sleep(1)
         [run] = runs
         assert {k: run["conf"][k] for k in values} == {
-            **values, "epochs": 2, "num_workers": 1, "accuracy_gate": 0,
+            **values, "epochs": 6, "num_workers": 1, "accuracy_gate": 0,
         }  # fmt: skip
         run_id = run["dag_run_id"]
         assert standalone.wait_run(run_id) == "success", standalone.tail()
@@ -126,3 +126,34 @@ def test_trigger_from_the_form_then_clear_one_task(chromium, standalone, images,
     assert {k: v for k, v in after.items() if k != "evaluate"} == {
         k: v for k, v in before.items() if k != "evaluate"
     }  # nothing downstream (approve_publish, publish) or upstream ran again
+
+    # The verdict is the run's note, on the run's page: published, and the first run of the
+    # name had nothing to compare with.
+    note = standalone.request("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}")[1]["note"]
+    assert note.startswith("**browser-model: published version 1**"), note
+    assert "blessed without a comparison: nothing published at" in note
+    # A clearly worse candidate (a learning rate that learns nothing) is not blessed: publish
+    # is skipped, LATEST stays, the run succeeds and its page says why.
+    worse = standalone.trigger({**run["conf"], "epochs": 1, "learning_rate": 1e-9})
+    assert standalone.wait_run(worse) == "success", standalone.tail()
+    _, publish = standalone.request(
+        "GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{worse}/taskInstances/publish"
+    )
+    assert publish["state"] == "skipped", publish
+    models = tmp_path / "models" / "browser-model"
+    assert (models / "LATEST").read_text() == "1\n"
+    assert sorted(p.name for p in models.iterdir()) == ["1", "LATEST"]
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        _log_in(page, standalone)
+        for shown_run, headline, why in (
+            (run_id, "browser-model: published version 1", "blessed without a comparison"),
+            (worse, "browser-model: not published", "not blessed: accuracy"),
+        ):
+            page.goto(f"{standalone.base}/dags/{DAG_ID}/runs/{shown_run}")
+            expect(page.get_by_text(headline).first).to_be_visible(timeout=30_000)
+            expect(page.get_by_text(why).first).to_be_visible()
+        page.screenshot(path=str(tmp_path / "run-note.png"))
+        shutil.copy(tmp_path / "run-note.png", KEPT / "run-note.png")
+        browser.close()
