@@ -24,12 +24,18 @@ from training.model_files import EXTRA_DIR, LABELS_FILE, LATEST
 from training.shards import ShardError, ShardSet
 
 
-def _model_labels(model_dir: str) -> list[str] | None:
-    path = posixpath.join(model_dir, EXTRA_DIR, LABELS_FILE)
+def model_file(model_dir: str, name: str):
+    """A JSON file the exporter put beside the model (labels, training metadata), or None:
+    a model not exported by this project has none (its labels are the shards' by trust)."""
+    path = posixpath.join(model_dir, EXTRA_DIR, name)
     if not tf.io.gfile.exists(path):
-        return None  # not exported by this project: its labels are the shards' by trust
+        return None
     with tf.io.gfile.GFile(path) as handle:
         return json.load(handle)
+
+
+def _model_labels(model_dir: str) -> list[str] | None:
+    return model_file(model_dir, LABELS_FILE)
 
 
 def _listed(names: list[str]) -> str:

@@ -17,7 +17,6 @@ Only a run's first start warm-starts: a resumed run restores its own checkpoints
 
 from __future__ import annotations
 
-import json
 import logging
 import posixpath
 from dataclasses import dataclass
@@ -27,8 +26,8 @@ import tensorflow as tf
 
 from runspec.layout import MODEL, SAVED_MODEL
 from training.config import ConfigError
-from training.evaluate import resolve_baseline
-from training.model_files import EXTRA_DIR, LABELS_FILE, METADATA_FILE
+from training.evaluate import model_file, resolve_baseline
+from training.model_files import LABELS_FILE, METADATA_FILE
 
 log = logging.getLogger("training.train")
 
@@ -57,13 +56,6 @@ class InitSource:
         if self.version is not None:
             return f"published version {self.version} ({self.path})"
         return self.path
-
-
-def _read_json(path: str):
-    if not tf.io.gfile.exists(path):
-        return None
-    with tf.io.gfile.GFile(path) as handle:
-        return json.load(handle)
 
 
 def resolve(value: str, *, architecture: str, image_size: int) -> InitSource | None:
@@ -95,7 +87,7 @@ def resolve(value: str, *, architecture: str, image_size: int) -> InitSource | N
             "train folder, a .weights.h5 file or imagenet"
         )
     path, version = found
-    metadata = _read_json(posixpath.join(path, EXTRA_DIR, METADATA_FILE)) or {}
+    metadata = model_file(path, METADATA_FILE) or {}
     trained = metadata.get("config") or {}
     theirs = (trained.get("architecture"), trained.get("image_size"))
     if theirs != (architecture, image_size):
@@ -158,7 +150,7 @@ def _from_model(model: keras.Model, source: InitSource, labels: list) -> str:
             f"--init-from {source.path}: its layers do not match this model's (another "
             "version of the architecture?)"
         )
-    their_labels = _read_json(posixpath.join(source.path, EXTRA_DIR, LABELS_FILE))
+    their_labels = model_file(source.path, LABELS_FILE)
     keep_head = their_labels == list(labels)
     for mine, saved in zip(ours, theirs, strict=True):
         if mine.path.startswith(f"{HEAD}/") and not keep_head:
