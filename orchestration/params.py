@@ -35,6 +35,7 @@ STAGE_PARAMS: dict[str, tuple[type, str]] = {
     "per_replica_batch_size": (TrainConfig, "per_replica_batch_size"),
     "learning_rate": (TrainConfig, "learning_rate"),
     "input_service": (TrainConfig, "input_service"),
+    "freeze_epochs": (TrainConfig, "freeze_epochs"),
     "num_workers": (LaunchConfig, "num_workers"),
 }
 TRAIN_FLAGS = tuple(name for name, (cls, _) in STAGE_PARAMS.items() if cls is TrainConfig)
@@ -201,10 +202,9 @@ def dag_params(*, input_uri: str, output_root: str, model_root: str) -> dict[str
         "num_workers": stage("num_workers"),
         **{name: run(name) for name in RUN_PARAMS_AFTER_STAGES},
         "model_root": run("model_root", default=model_root),
-        **{
-            name: run(name)
-            for name in ("warm_start", "reuse_training", "require_approval", "model_name")
-        },
+        "warm_start": run("warm_start"),
+        "freeze_epochs": stage("freeze_epochs", section="Training"),
+        **{name: run(name) for name in ("reuse_training", "require_approval", "model_name")},
     }
 
 
@@ -228,6 +228,14 @@ def check_run(params: Mapping[str, Any]) -> RunConfig:
             f"max_side {max_side} is below image_size {image_size}: the stored images would "
             f"be scaled up again for training; use max_side 0 or >= {image_size}"
         )
+    freeze = params.get("freeze_epochs") or 0
+    if freeze and not run.warm_start:
+        raise ConfigError(
+            "freeze_epochs needs warm_start: a frozen backbone that starts random learns "
+            "nothing (warm_start latest, a model's path or imagenet)"
+        )
+    if freeze > params["epochs"]:
+        raise ConfigError(f"freeze_epochs {freeze} is more than epochs {params['epochs']}")
     return run
 
 

@@ -13,6 +13,7 @@ from training.worker_env import PREEMPTED_EXIT_CODE
 __all__ = [
     "ARCHITECTURES",
     "BATCH_NORM_MODES",
+    "FINE_TUNE_LR_FACTOR",
     "REFERENCE_BATCH",
     "WARMUP_SHARE",
     "ConfigError",
@@ -37,6 +38,9 @@ BATCH_NORM_MODES = ("local", "sync")
 REFERENCE_BATCH = 32
 # Share of the run's steps over which the learning rate rises linearly to its peak.
 WARMUP_SHARE = 0.05
+# After --freeze-epochs the whole model trains at this share of the schedule's rate: the
+# pretrained backbone is adjusted, not overwritten (Keras' transfer-learning guide).
+FINE_TUNE_LR_FACTOR = 0.1
 
 
 def scaled_learning_rate(learning_rate: float, global_batch: int) -> float:
@@ -259,6 +263,16 @@ class TrainConfig:
         section="Model",
         tags=(RESUME,),
     )
+    freeze_epochs: int = param(
+        0,
+        minimum=0,
+        maximum=10000,
+        help="With --init-from: train only the classifier head for this many epochs, the "
+        "backbone frozen (its BatchNorm in inference mode), then the whole model at "
+        f"{FINE_TUNE_LR_FACTOR:g}x the learning rate; 0 = everything trains from the start",
+        section="Model",
+        tags=(RESUME,),
+    )
     baseline: str = param(
         "",
         help="With --evaluate: also score this model on the same held-out records, for the "
@@ -286,6 +300,15 @@ class TrainConfig:
                 "and model would go among the shards; give an output folder outside them"
             )
         parse_input_service(self.input_service)
+        if self.freeze_epochs and not self.init_from:
+            raise ConfigError(
+                "--freeze-epochs needs --init-from: a frozen backbone that starts random "
+                "learns nothing (start from a model, a weights file or imagenet)"
+            )
+        if self.freeze_epochs > self.epochs:
+            raise ConfigError(
+                f"--freeze-epochs {self.freeze_epochs} is more than --epochs {self.epochs}"
+            )
         if self.architecture != "small_cnn" and self.input.image_size < 32:
             raise ConfigError(f"{self.architecture} needs --image-size >= 32")
 

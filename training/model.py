@@ -12,6 +12,9 @@ import tensorflow as tf
 
 from training.config import ARCHITECTURES, BATCH_NORM_MODES
 
+HEAD = "logits"  # the classifier layer: what a warm start may re-initialise, what stays
+# trainable while the backbone is frozen
+
 
 def build_model(
     architecture: str, image_size: int, num_classes: int, *, batch_norm: str = "local"
@@ -44,11 +47,22 @@ def build_model(
         )
         features = backbone(inputs)
     features = keras.layers.Dropout(0.2)(features)
-    logits = keras.layers.Dense(num_classes, dtype="float32", name="logits")(features)
+    logits = keras.layers.Dense(num_classes, dtype="float32", name=HEAD)(features)
     model = keras.Model(inputs, logits, name=architecture)
     if batch_norm == "sync":
         synchronize_batch_norm(model)
     return model
+
+
+def freeze_backbone(model: keras.Model, frozen: bool) -> None:
+    """Freeze (or thaw) every layer but the classifier head: the first phase of the
+    transfer recipe (`--freeze-epochs`). A frozen BatchNormalization also runs in
+    inference mode (Keras 3 normalises with batch statistics only when the layer is
+    trainable), so the pretrained statistics are kept, not re-estimated on a few batches.
+    Compiled steps read `trainable_variables` when traced: trace new ones after a change."""
+    for layer in model.layers:
+        if layer.name != HEAD and layer.weights:
+            layer.trainable = not frozen
 
 
 def moving_statistics(model: keras.Model) -> list:

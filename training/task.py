@@ -14,9 +14,28 @@ import time
 import keras
 import tensorflow as tf
 
-from training.config import WARMUP_SHARE, TrainConfig
+from training.config import FINE_TUNE_LR_FACTOR, WARMUP_SHARE, TrainConfig
 from training.data import synthetic_dataset
 from training.model import average_moving_statistics, build_model, moving_statistics
+
+
+class FineTuneSchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """`schedule`, times `factor` from step `boundary` on: the fine-tuning phase after a
+    frozen backbone. A function of the step alone, so a resumed run gets the same rates."""
+
+    def __init__(self, schedule, boundary: int, factor: float):
+        self.schedule, self.boundary, self.factor = schedule, boundary, factor
+
+    def __call__(self, step):
+        rate = self.schedule(step)
+        return tf.where(tf.cast(step, tf.int64) < self.boundary, rate, rate * self.factor)
+
+    def get_config(self) -> dict:
+        return {
+            "schedule": keras.optimizers.schedules.serialize(self.schedule),
+            "boundary": self.boundary,
+            "factor": self.factor,
+        }
 
 
 class ImageTask:
@@ -35,8 +54,10 @@ class ImageTask:
         global_batch_size: int,
         learning_rate: float,
         total_steps: int,
+        freeze_steps: int = 0,
     ):
         self.config = config
+        self.freeze_steps = freeze_steps
         self.strategy = strategy
         self.num_classes = num_classes
         self.global_batch_size = global_batch_size
@@ -58,9 +79,14 @@ class ImageTask:
                 warmup_target=learning_rate if warmup else None,
                 warmup_steps=warmup,
             )
+            if freeze_steps:
+                schedule = FineTuneSchedule(schedule, freeze_steps, FINE_TUNE_LR_FACTOR)
             optimizer = keras.optimizers.Adam(schedule)
             if keras.mixed_precision.global_policy().name == "mixed_float16":
                 optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+            # Slots for every weight now, not at the first step: a first phase with the
+            # backbone frozen would otherwise build them for the head alone.
+            optimizer.build(self.model.trainable_variables)
             self.optimizer = optimizer
             self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
             self.train_totals = tf.Variable(
@@ -80,7 +106,8 @@ class ImageTask:
 
     def train_steps_fn(self):
         """A compiled `train_steps(iterator, num_steps)`: that many steps in one call,
-        the loop in the graph, not in Python."""
+        the loop in the graph, not in Python. It trains the weights that are trainable
+        when it is made (`training.model.freeze_backbone`)."""
         strategy, model, optimizer = self.strategy, self.model, self.optimizer
         global_batch = self.global_batch_size
         scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)

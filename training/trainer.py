@@ -27,11 +27,17 @@ from runspec.layout import CHECKPOINTS, MODEL, TENSORBOARD
 from shardspec.folder import too_few_classes
 from shardspec.layout import SPLIT_NAMES
 from training import warm_start
-from training.config import TrainConfig, min_train_records, scaled_learning_rate
+from training.config import (
+    FINE_TUNE_LR_FACTOR,
+    TrainConfig,
+    min_train_records,
+    scaled_learning_rate,
+)
 from training.diagnosis import InputDiagnosis
 from training.distribute import ClusterInfo, StopAgreement
 from training.distributed_input import DistributedInput
 from training.export import export_serving_model
+from training.model import freeze_backbone
 from training.model_files import WEIGHTS_FINGERPRINT
 from training.run_folder import RunFolder
 from training.shards import ShardError, ShardSet
@@ -112,6 +118,7 @@ class Trainer:
             )
         self.steps_per_epoch = config.steps_per_epoch or train_records // self.global_batch_size
         self.total_steps = self.steps_per_epoch * config.epochs
+        self.freeze_steps = self.steps_per_epoch * config.freeze_epochs
         self.learning_rate = scaled_learning_rate(config.learning_rate, self.global_batch_size)
         self.init_source = warm_start.resolve(
             config.init_from,
@@ -147,6 +154,7 @@ class Trainer:
             global_batch_size=self.global_batch_size,
             learning_rate=self.learning_rate,
             total_steps=self.total_steps,
+            freeze_steps=self.freeze_steps,
         )
         self.checkpoint = self.task.checkpoint()
         self.checkpoints = tf.train.CheckpointManager(
@@ -235,10 +243,12 @@ class Trainer:
             if self.cluster.is_chief
             else tf.summary.create_noop_writer()
         )
-        train_steps = self.task.train_steps_fn()
+        train_steps = self._train_steps_fn(step)
         iterator = iter(self.input.distributed("train", training=True, start_step=step))
         first_in_process = True
         while step < self.total_steps:
+            if step == self.freeze_steps and self.freeze_steps:
+                train_steps = self._train_steps_fn(step)  # the backbone thaws
             metrics = self._train_epoch(train_steps, iterator, step, first_in_process)
             step, first_in_process = metrics.step, False
             history = [h for h in history if h["epoch"] < metrics.epoch] + [vars(metrics)]
@@ -256,6 +266,21 @@ class Trainer:
                         tf.summary.scalar(key, value)
                 writer.flush()
         return history
+
+    def _train_steps_fn(self, step: int):
+        """The compiled steps for the phase `step` is in: the head alone before
+        `freeze_steps` (--freeze-epochs), every weight after."""
+        frozen = step < self.freeze_steps
+        freeze_backbone(self.task.model, frozen)
+        if self.freeze_steps:
+            log.info(
+                "%s: %s",
+                self.cluster.name,
+                f"backbone frozen until step {self.freeze_steps}: training the classifier head"
+                if frozen
+                else f"fine-tuning every layer at {FINE_TUNE_LR_FACTOR:g}x the learning rate",
+            )
+        return self.task.train_steps_fn()
 
     def _train_epoch(self, train_steps, iterator, step: int, first_in_process: bool):
         """From `step` to the end of its epoch, checkpointing on the way; -> its metrics."""

@@ -27,6 +27,7 @@ import tensorflow as tf
 from runspec.layout import MODEL, SAVED_MODEL
 from training.config import ConfigError
 from training.evaluate import model_file, resolve_baseline
+from training.model import HEAD
 from training.model_files import LABELS_FILE, METADATA_FILE
 
 log = logging.getLogger("training.train")
@@ -37,7 +38,6 @@ _PRETRAINED = {
     "mobilenet_v3_small": (keras.applications.MobileNetV3Small, {"include_preprocessing": False}),
     "resnet50": (keras.applications.ResNet50, {}),
 }
-HEAD = "logits"  # the classifier layer's name (training/model.py)
 
 
 class WarmStartError(ConfigError):

@@ -100,6 +100,8 @@ def test_each_run_param_is_the_run_configs_definition():
         ({"training_launcher": "slurm"}, "training_launcher must be one of local, kubernetes"),
         ({"training_options": "gpus=2"}, "training_options must be a JSON object"),
         ({"reuse_training": "yes"}, "reuse_training must be true or false"),
+        ({"freeze_epochs": 2}, "freeze_epochs needs warm_start"),
+        ({"freeze_epochs": 5, "epochs": 4, "warm_start": "latest"}, "more than epochs 4"),
     ],
 )
 def test_rules_between_stages_are_checked_before_any_stage(change, message, tmp_path):

@@ -165,3 +165,76 @@ def test_the_trainer_warm_starts_its_first_start_only_and_records_the_source(
     proc = _train(*args, "--init-from", str(tmp_path / "nothing"))
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-1].strip().startswith("error: --init-from ")
+
+
+@pytest.mark.parametrize(
+    ("settings", "says"),
+    [
+        ({"freeze_epochs": 1}, "--freeze-epochs needs --init-from"),
+        ({"freeze_epochs": 4, "epochs": 3, "init_from": "imagenet"}, "more than --epochs 3"),
+    ],
+)
+def test_freeze_epochs_without_a_source_or_past_the_run_is_refused(tmp_path, settings, says):
+    from training.config import ConfigError, TrainConfig
+
+    with pytest.raises(ConfigError, match=says):
+        TrainConfig(data=str(tmp_path / "shards"), output=str(tmp_path / "run"), **settings)
+
+
+def test_the_fine_tuning_phase_runs_at_a_share_of_the_schedules_rate():
+    from training.config import FINE_TUNE_LR_FACTOR
+    from training.task import FineTuneSchedule
+
+    base = keras.optimizers.schedules.CosineDecay(1e-3, decay_steps=100)
+    phased = FineTuneSchedule(base, 40, FINE_TUNE_LR_FACTOR)
+    for step in (0, 39):
+        assert float(phased(step)) == pytest.approx(float(base(step)))
+    for step in (40, 99):
+        assert float(phased(step)) == pytest.approx(FINE_TUNE_LR_FACTOR * float(base(step)))
+
+
+def test_freeze_epochs_trains_the_head_alone_then_every_layer(
+    cold, trainable_shards, tmp_path, monkeypatch
+):
+    """Epoch 1 changes the head only (BatchNorm's moving statistics included: frozen
+    layers run in inference mode); epoch 2 fine-tunes the backbone too."""
+    from training.config import TrainConfig
+    from training.distribute import ClusterInfo
+    from training.shards import ShardSet
+    from training.trainer import Trainer
+
+    after_epoch = []
+    train_epoch = Trainer._train_epoch
+
+    def recording(self, *args, **kwargs):
+        metrics = train_epoch(self, *args, **kwargs)
+        after_epoch.append(
+            {v.path: v.numpy() for v in self.task.model.variables if "seed_generator" not in v.path}
+        )
+        return metrics
+
+    monkeypatch.setattr(Trainer, "_train_epoch", recording)
+    config = TrainConfig(
+        data=trainable_shards,
+        output=str(tmp_path / "run"),
+        epochs=2,
+        freeze_epochs=1,
+        init_from=str(cold / "model"),
+    )
+    trainer = Trainer(
+        config,
+        ClusterInfo("worker", 0, 1),
+        tf.distribute.get_strategy(),
+        ShardSet.open(config.data),
+    )
+    trainer.run()
+    paths = list(after_epoch[0])
+    saved = dict(zip(paths, _saved(cold / "model"), strict=True))
+    head = [p for p in paths if p.startswith("logits/")]
+    body = [p for p in paths if p not in head]
+    assert head and any("moving_mean" in p for p in body)
+    for path in body:
+        np.testing.assert_array_equal(after_epoch[0][path], saved[path], err_msg=path)
+    assert all(not np.array_equal(after_epoch[0][p], saved[p]) for p in head)
+    assert all(not np.array_equal(after_epoch[1][p], saved[p]) for p in body if "kernel" in p)
+    assert json.loads((tmp_path / "run" / "config.json").read_text())["freeze_epochs"] == 1
