@@ -67,22 +67,10 @@ def _paths(params, run_id) -> RunPaths:
     return RunPaths.for_run(_root(params, "output_root"), run_id)
 
 
-def _note(context, *, evaluated=None, published=None, not_published=None) -> None:
-    """The run's verdict on its page in the UI (orchestration/run_note.py)."""
-    from orchestration.run_note import run_note, set_run_note
-    from runspec.record import read_json
+def _note(context, **outcome) -> None:
+    from orchestration.run_note import note_this_run
 
-    params, paths = context["params"], _paths(context["params"], context["run_id"])
-    note = run_note(
-        model_name=params["model_name"],
-        evaluation=evaluated or read_json(paths.evaluation),
-        published=published,
-        not_published=not_published,
-        data=context["ti"].xcom_pull(task_ids="validate_shards"),
-        run_root=paths.root,
-    )
-    print(note)
-    print(set_run_note(context["dag"].dag_id, context["run_id"], note))
+    note_this_run(context, **outcome)
 
 
 def _shard_options(params, run_id) -> dict:

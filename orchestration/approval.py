@@ -32,3 +32,16 @@ class PublishApprovalOperator(ApprovalOperator):
             self.log.info("not blessed against the serving model: nobody is asked")
             return None
         return super().execute(context)
+
+    def execute_complete(self, context, event):
+        if self.REJECT in (event.get("chosen_options") or []):
+            # Before Airflow's own handling, which ends the task by skipping publish.
+            from orchestration.run_note import note_this_run
+
+            note_this_run(context, not_published=f"rejected by {_who(event)} in the approval step")
+        return super().execute_complete(context, event)
+
+
+def _who(event) -> str:
+    user = event.get("responded_by_user") or {}  # a HITLUser: {"id": ..., "name": ...}
+    return user.get("name") or user.get("id") or "a person"

@@ -20,6 +20,9 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+from orchestration.runs import RunPaths
+from runspec.record import read_json
+from stageconfig import user_path
 from training.gate import verdict_line
 
 CONNECTION_ID = "imagepipe_api"
@@ -137,3 +140,20 @@ def set_run_note(dag_id: str, run_id: str, note: str) -> str:
     except (urllib.error.URLError, OSError, ValueError) as err:
         return f"could not set the run's note through {base}: {err}"
     return f"set the run's note through {base}"
+
+
+def note_this_run(context, *, evaluated=None, published=None, not_published=None) -> None:
+    """From a task of the pipeline's DAG (its Airflow `context`): write the run's note from
+    what its tasks recorded, print it and what became of it to the task log."""
+    params, run_id = context["params"], context["run_id"]
+    paths = RunPaths.for_run(user_path(params["output_root"]), run_id)
+    note = run_note(
+        model_name=params["model_name"],
+        evaluation=evaluated or read_json(paths.evaluation),
+        published=published,
+        not_published=not_published,
+        data=context["ti"].xcom_pull(task_ids="validate_shards"),
+        run_root=paths.root,
+    )
+    print(note)
+    print(set_run_note(context["dag"].dag_id, run_id, note))

@@ -7,6 +7,7 @@ import random
 import re
 import shutil
 import time
+import urllib.parse
 from pathlib import Path
 
 import pytest
@@ -189,10 +190,17 @@ def _answer_approval(standalone, run_id: str, choice: str, timeout: float = 600)
     while standalone.request("GET", task)[1].get("state") != "awaiting_input":
         assert time.monotonic() < deadline, standalone.tail()
         time.sleep(2)
-    # Airflow 3.3.2 fails the task when the answer comes while the executor is still
-    # reporting the paused process's exit (under a second after it asked); a person is
-    # slower than that, so the test is too.
-    time.sleep(5)
+    # Airflow 3.3.2 fails the task when the answer comes before the scheduler has
+    # processed the executor's report of the paused process's exit (a second after it
+    # asked, or many on a loaded machine); a person is slower than that, so the test waits
+    # for the scheduler's line saying it did.
+    finished = f"task_id=approve_publish, run_id={run_id}, "
+    while not any(
+        "TaskInstance Finished" in line and finished in line
+        for line in (standalone.home / "standalone.log").read_text().splitlines()
+    ):
+        assert time.monotonic() < deadline, standalone.tail()
+        time.sleep(1)
     status, body = standalone.request("GET", path)
     assert status == 200 and body["response_received"] is False, body
     assert body["options"] == ["Approve", "Reject"] and "Held-out accuracy" in body["body"]
@@ -216,3 +224,20 @@ def test_require_approval_waits_for_a_person_then_publishes_or_skips(standalone,
         )
         assert body["state"] == ("skipped" if choice == "Reject" else "success"), body
         assert (sorted(p.name for p in models.iterdir()) if models.exists() else None) == versions
+        _, run = standalone.request("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}")
+        said = "not published** (rejected by admin" if choice == "Reject" else "published version 1"
+        assert said in (run["note"] or ""), run["note"]
+        # The model_published Asset event, as a downstream DAG and the Assets page see it.
+        _, events = standalone.request(
+            "GET",
+            f"/api/v2/assets/events?source_dag_id={DAG_ID}&source_task_id=publish"
+            f"&source_run_id={urllib.parse.quote(run_id, safe='')}",
+        )
+        extras = [event["extra"] for event in events["asset_events"]]
+        if choice == "Reject":
+            assert extras == [], events
+        else:
+            (extra,) = extras
+            assert extra["version"] == 1 and extra["model_name"] == "approved"
+            assert extra["run_id"] == run_id
+            assert 0 <= extra["accuracy"] <= 1 and extra["baseline_version"] is None
