@@ -1,7 +1,9 @@
 # Everything installs into .venv from pinned versions (constraints.txt); every
 # target that needs it installs it first, so `make demo` and `make test` work
 # on a fresh clone.
-PYTHON ?= python3
+# Python 3.11 exactly (the pins are made for it): python3.11 when there is one, else python3;
+# scripts/venv.sh refuses another version in one line.
+PYTHON ?= $(shell command -v python3.11 >/dev/null 2>&1 && echo python3.11 || echo python3)
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
@@ -14,7 +16,8 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 install: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@scripts/venv.sh "$(PYTHON)" "$(VENV)"
+	@echo "installing the pinned dependencies into $(VENV) (minutes on a fresh clone, ~4 GB)"
 	$(BIN)/python -m pip install --quiet --upgrade "pip>=24"
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[$(EXTRAS)]"
 	touch $@
@@ -47,17 +50,18 @@ format: install
 demo: install
 	DEMO_DIR=$(abspath $(DEMO_DIR)) scripts/demo.sh
 
-# A local Airflow with UI and REST API (http://localhost:8080), DAGs from dags/.
+# A local Airflow with UI and REST API (http://127.0.0.1:8080), DAGs from dags/, state in
+# .airflow/; Ctrl-C stops every process it started (orchestration/local_airflow.py).
 airflow: install
-	bash -c 'source scripts/airflow-env.sh && airflow standalone'
+	$(BIN)/python -m orchestration.local_airflow
 
 # The same on PostgreSQL with the LocalExecutor, as deployed: a server in .airflow-postgres/
 # (Debian's package, installed when missing) on a free port, stopped when Airflow stops.
 PG_DIR ?= $(CURDIR)/.airflow-postgres
 airflow-postgres: install
 	bash -c 'url="$$(scripts/postgres.sh start $(PG_DIR))" && trap "scripts/postgres.sh stop $(PG_DIR)" EXIT \
-	  && echo "Airflow metadata: $$url" && source scripts/airflow-env.sh \
-	  && AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="$$url" AIRFLOW__CORE__EXECUTOR=LocalExecutor airflow standalone'
+	  && echo "Airflow metadata: $$url" \
+	  && AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="$$url" AIRFLOW__CORE__EXECUTOR=LocalExecutor $(BIN)/python -m orchestration.local_airflow'
 
 # Re-pin after changing dependencies in pyproject.toml.
 lock: install

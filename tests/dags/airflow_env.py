@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -13,22 +12,20 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from orchestration.local_airflow import settings, stop_all
+
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 DAG_ID = "image_model_pipeline"
 
 
 def airflow_env(home: Path, **extra: str) -> dict:
+    """A local Airflow's settings, as `make airflow` has them (no schedule: no scheduled
+    run competes with a test's runs), in its own home."""
+    port = extra.pop("AIRFLOW__API__PORT", None)
     return {
         **os.environ,
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO / "dags"),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
-        "IMAGEPIPE_SCHEDULE": "",  # no scheduled run competing with the test's runs
-        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-        "TF_CPP_MIN_LOG_LEVEL": "2",
-        "PYTHONPATH": str(REPO),
+        **settings(home=str(home), port=int(port) if port else None),
         **extra,
     }
 
@@ -50,12 +47,7 @@ class Standalone:
     def __init__(self, home: Path, port: int, **extra_env: str):
         self.home, self.port = home, port
         self.base = f"http://localhost:{port}"
-        self.env = airflow_env(
-            home,
-            AIRFLOW__API__PORT=str(port),
-            AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"{self.base}/execution/",
-            **extra_env,
-        )
+        self.env = airflow_env(home, AIRFLOW__API__PORT=str(port), **extra_env)
         self.log = open(home / "standalone.log", "w")  # noqa: SIM115 (closed in stop)
         self.process = subprocess.Popen(
             [str(BIN / "airflow"), "standalone"],
@@ -127,11 +119,8 @@ class Standalone:
         return (self.home / "standalone.log").read_text()[-5000:]
 
     def stop(self):
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
+        """Every process of its session, and their children (a scheduler that outlives
+        `airflow standalone` would go on running the next test's DAG runs)."""
+        stop_all(self.process.pid)
+        self.process.wait()
         self.log.close()

@@ -142,6 +142,10 @@ def test_trigger_from_the_form_then_clear_one_task(chromium, standalone, images,
     assert publish["state"] == "skipped", publish
     models = tmp_path / "models" / "browser-model"
     assert (models / "LATEST").read_text() == "1\n"
+    # As `make airflow` runs it (no schedule, unpaused): the runs are exactly those triggered.
+    _, listed = standalone.request("GET", f"/api/v2/dags/{DAG_ID}/dagRuns")
+    assert sorted(r["dag_run_id"] for r in listed["dag_runs"]) == sorted([run_id, worse])
+    assert {r["run_type"] for r in listed["dag_runs"]} == {"manual"}
     assert sorted(p.name for p in models.iterdir()) == ["1", "LATEST"]
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
