@@ -47,6 +47,7 @@ from beam_jobs.transforms import (
 )
 from shardspec.layout import CONFIG
 from stageconfig import exit_codes
+from stageconfig.interrupt import QuietInterrupt
 
 log = logging.getLogger("beam_jobs.shard_images")
 
@@ -283,7 +284,7 @@ def shard_images(
             _run_pipeline(config, options, plan, staging, choose_local)
         with _stage("writing the output"):
             metadata, problem = _finish_output(config, plan, staging, key, describe_runner(options))
-    except JobFailed:
+    except (JobFailed, KeyboardInterrupt):
         _remove_staging(staging)
         raise
     if problem:
@@ -411,7 +412,7 @@ def run(argv: list[str] | None = None) -> int:
         options = pipeline_options(beam_args)
     except ConfigError as err:
         parser.error(str(err))  # exits 2 with the usage line
-    with _run_log() as run_log:
+    with QuietInterrupt() as interrupt, _run_log() as run_log:
         try:
             result = shard_images(
                 config, options, choose_local=not sets_local_parallelism(beam_args)
@@ -422,6 +423,12 @@ def run(argv: list[str] | None = None) -> int:
         except ErrorBudgetExceeded as err:
             print(f"error: {err}", file=sys.stderr)
             return exit_codes.TOO_MANY_REJECTED
+        except KeyboardInterrupt:
+            interrupt.say(
+                f"interrupted: nothing was written to {config.output} (the shards of an "
+                "earlier run there are unchanged); the same command starts again"
+            )
+            return exit_codes.INTERRUPTED
         except JobFailed as err:
             run_log.keep(err)
             print(

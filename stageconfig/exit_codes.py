@@ -21,6 +21,9 @@ JOB_FAILED = 3
 # Training only: every worker saved a checkpoint at the same step and stopped (EX_TEMPFAIL,
 # "try again later"); the same command resumes it.
 PREEMPTED = 75
+# Ctrl-C (SIGINT), as shells report it (128 + 2): the stage stopped on the user's word,
+# said so in one line and left nothing half-written; the same command starts again.
+INTERRUPTED = 130
 
 # Codes that a retry cannot change: the task fails at once.
 FINAL = frozenset({TOO_MANY_REJECTED, BAD_INPUT})

@@ -32,9 +32,10 @@ import time
 from dataclasses import dataclass, field
 
 import stageconfig
-from stageconfig import ConfigError
+from stageconfig import ConfigError, exit_codes
 from training.config import LaunchConfig, parse_input_service
 from training.processes import die_with_parent
+from training.train import checked_config
 from training.worker_env import PREEMPTED_EXIT_CODE, WORKER_ENV
 
 TAIL_LINES = 40
@@ -74,9 +75,11 @@ class Worker:
     reader: threading.Thread | None = None
 
 
-def _stream(worker: Worker, sink, lock: threading.Lock) -> None:
+def _stream(worker: Worker, sink, lock: threading.Lock, quiet: threading.Event) -> None:
     for line in worker.process.stdout:
         worker.tail.append(line.rstrip("\n"))
+        if quiet.is_set():
+            continue
         with lock:
             sink.write(f"[worker {worker.index}] {line}")
             sink.flush()
@@ -264,7 +267,7 @@ def _attempt(
 ) -> int:
     """One start of all the workers, until they all finish or one fails."""
     ports = free_ports(num_workers)
-    lock = threading.Lock()
+    lock, quiet = threading.Lock(), threading.Event()
     workers: list[Worker] = []
     for index in range(num_workers):
         env = {
@@ -280,12 +283,17 @@ def _attempt(
             stderr=subprocess.STDOUT,
             text=True,
             env=env,
+            # Not in the terminal's process group: Ctrl-C reaches the launcher alone, which
+            # passes it on once (a worker's second Ctrl-C means "stop without saving").
+            process_group=0,
             preexec_fn=die_with_parent(
                 (lambda core=cores[index]: os.sched_setaffinity(0, {core})) if pin_cores else None
             ),
         )
         worker = Worker(index, process)
-        worker.reader = threading.Thread(target=_stream, args=(worker, sink, lock), daemon=True)
+        worker.reader = threading.Thread(
+            target=_stream, args=(worker, sink, lock, quiet), daemon=True
+        )
         worker.reader.start()
         workers.append(worker)
         with lock:
@@ -335,10 +343,38 @@ def _attempt(
                 return 0
             time.sleep(0.2)
     except KeyboardInterrupt:
-        _stop(workers)
-        return 130
+        return _interrupt(workers, quiet)
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(workers: list[Worker], quiet: threading.Event) -> int:
+    """Ctrl-C: every worker is asked to save a checkpoint at a step they agree on and
+    stop (their SIGINT); their own lines about it stay out of the terminal, which gets
+    one line. A second Ctrl-C stops them at once."""
+    quiet.set()
+    previous = signal.signal(signal.SIGINT, lambda *_: [w.process.kill() for w in workers])
+    try:
+        for worker in workers:
+            if worker.process.poll() is None:
+                worker.process.send_signal(signal.SIGINT)
+        deadline = time.monotonic() + PREEMPTED_GRACE_SECONDS
+        for worker in workers:
+            try:
+                worker.process.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                worker.process.kill()
+                worker.process.wait()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    saved = all(w.process.returncode == exit_codes.INTERRUPTED for w in workers)
+    print(
+        "interrupted: "
+        + ("every worker saved a checkpoint and stopped" if saved else "stopped the workers")
+        + "; the same command resumes from the run's last checkpoint",
+        file=sys.stderr,
+    )
+    return exit_codes.INTERRUPTED
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -356,6 +392,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(err))
     if not train_args:
         parser.error("no training flags given (at least --data and --output)")
+    # The workers' flags, checked once here: a mistake is one line, not one per worker.
+    try:
+        checked_config(_local_service_request(train_args)[0], prog=parser.prog)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return exit_codes.BAD_INPUT
     try:
         return launch(
             config.num_workers,
@@ -365,6 +407,9 @@ def main(argv: list[str] | None = None) -> int:
         )
     except (PinningError, ConfigError) as err:  # raised before any worker starts
         parser.error(str(err))
+    except KeyboardInterrupt:  # before the workers started
+        print("interrupted", file=sys.stderr)
+        return exit_codes.INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ This module checks the flags, and a local shard folder, before TensorFlow
 loads (several seconds): a mistake costs a moment and one line, not a start-up.
 
 Exit codes: 0 done, 2 bad parameters or unusable shards, 75 preempted (every
-worker saved a checkpoint; start them again).
+worker saved a checkpoint; start them again), 130 interrupted by Ctrl-C (saved too).
 """
 
 from __future__ import annotations
@@ -37,7 +37,29 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    try:
+        config = checked_config(argv)
+    except train_config.ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return exit_codes.BAD_INPUT
+    try:
+        return run(config)
+    except KeyboardInterrupt:  # Ctrl-C before the loop began, or a second one in it
+        print(INTERRUPTED, file=sys.stderr)
+        return exit_codes.INTERRUPTED
+
+
+INTERRUPTED = "interrupted: the same command resumes from the run's last checkpoint"
+
+
+def checked_config(argv: list[str] | None, prog: str | None = None) -> train_config.TrainConfig:
+    """The flags as a config, checked with a local shard folder before TensorFlow loads:
+    a bad flag exits 2 with argparse's usage and error, an unusable folder raises
+    ConfigError (`training.launch` checks its workers' flags here too, once, before it
+    starts any)."""
     parser = build_parser()
+    if prog:  # another command's check of the flags it passes on: a one-line usage
+        parser.prog, parser.usage = prog, f"{prog} --data SHARDS --output RUN_DIR [flags]"
     args = parser.parse_args(argv)
     try:
         config = train_config.config_from_args(args)
@@ -46,9 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     if "://" not in config.data:  # remote folders are checked once TensorFlow can read them
         _, problems = check_folder(config.data, LOCAL_FILES)
         if problems:
-            print(f"error: {config.data}: {'; '.join(problems[:5])}", file=sys.stderr)
-            return exit_codes.BAD_INPUT
-    return run(config)
+            raise train_config.ConfigError(f"{config.data}: {'; '.join(problems[:5])}")
+    return config
 
 
 def run(config: train_config.TrainConfig) -> int:
@@ -88,10 +109,27 @@ def run(config: train_config.TrainConfig) -> int:
     )
     # SIGTERM (preemption, eviction, a launcher stopping us) asks for a clean stop: every
     # worker saves at the next step boundary they agree on, then exits to be restarted.
+    # Ctrl-C (SIGINT) too, and says so in one line; a second Ctrl-C stops at once.
+    interrupted = []
+
+    def on_interrupt(_signum, _frame):
+        if interrupted:
+            raise KeyboardInterrupt
+        interrupted.append(True)
+        trainer.request_stop(quiet=True)
+
     signal.signal(signal.SIGTERM, lambda _signum, _frame: trainer.request_stop())
+    signal.signal(signal.SIGINT, on_interrupt)
     try:
         history = trainer.run()
-    except Preempted:
+    except Preempted as stopped:
+        if interrupted:
+            print(
+                f"interrupted: checkpoint saved at step {stopped.step}; the same command "
+                "resumes from it",
+                file=sys.stderr,
+            )
+            return exit_codes.INTERRUPTED
         return exit_codes.PREEMPTED
     except train_config.ConfigError as err:  # the init source could not be loaded
         print(f"error: {err}", file=sys.stderr)
@@ -158,6 +196,8 @@ def configure_logging() -> None:
 
 def __getattr__(name: str):
     """`training.train.Trainer` and friends, imported (with TensorFlow) on first use."""
+    if name.startswith("__"):  # `from training.train import x` asks for __path__
+        raise AttributeError(name)
     from training import trainer
 
     try:

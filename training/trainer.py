@@ -129,11 +129,14 @@ class Trainer:
         self.input = DistributedInput(config, cluster, strategy, shard_set)
         self.stop = StopAgreement(cluster, strategy)
         self.resumed_from_step = 0
+        self.stop_quietly = False
         self.task: ImageTask | None = None
         self.diagnosis: InputDiagnosis | None = None
 
-    def request_stop(self) -> None:
-        """From the SIGTERM handler: stop at the next step all workers agree on."""
+    def request_stop(self, quiet: bool = False) -> None:
+        """From the SIGTERM (or SIGINT) handler: stop at the next step all workers agree
+        on. `quiet`: the caller says why (Ctrl-C), no preemption warning."""
+        self.stop_quietly = quiet
         self.stop.request()
 
     def wait_for_all_workers(self) -> None:
@@ -185,6 +188,8 @@ class Trainer:
 
     def _preempted(self, step: int) -> None:
         """Called on every worker at the same step, after the checkpoint of that step."""
+        if self.stop_quietly:
+            raise Preempted(step)
         log.warning(
             "%s: preempted: checkpoint saved at step %d; exit %d so the launcher restarts "
             "the workers",
