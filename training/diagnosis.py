@@ -82,9 +82,16 @@ def advice(
             f"compute-bound: input waits {share:.0%} of a step; a faster input pipeline "
             "would not speed this run up"
         )
-    steps = []
-    if not cached:
-        steps.append("--cache memory (decoded images in RAM) if they fit")
+    if cached:
+        # Decoding stopped after the first epoch: smaller shards or more decoding cores
+        # would change nothing. What the probe leaves out is what remains.
+        return (
+            f"{share:.0%} of a step is outside the measured compute, but decoding is not "
+            "the cause: the decoded images come from the cache after the first epoch; the "
+            "rest is augmentation, batching and the optimizer update (the compute probe "
+            "leaves those out)"
+        )
+    steps = ["--cache memory (decoded images in RAM) if they fit"]
     if not max_side or max_side > 2 * image_size:
         steps.append(f"store shards at max_side {2 * image_size} (decoding shrinks with them)")
     ceiling = ceiling_per_worker * num_workers
@@ -103,7 +110,8 @@ def advice(
 class InputDiagnosis:
     """One run's diagnosis: the step cost without input (once per process, on every
     worker: the probe runs collectives) and the decode ceiling (the chief), then each
-    epoch's input-wait share and one sentence of advice. `report` goes to the metrics."""
+    epoch's input-wait share and one sentence of advice, the chief's alone (the other
+    workers' `report` holds no advice). `report` goes to the metrics."""
 
     def __init__(
         self,
@@ -138,9 +146,10 @@ class InputDiagnosis:
         # The first epoch of a process also pays for tracing and warming up (and fills the
         # cache): its share would mostly measure that, so it is left out.
         if first_in_process:
-            self.report.setdefault(
-                "advice", "one epoch only: train 2 or more epochs to measure the input wait"
-            )
+            if self.is_chief:  # the advice is the chief's: it measured the decode ceiling
+                self.report.setdefault(
+                    "advice", "one epoch only: train 2 or more epochs to measure the input wait"
+                )
             return
         metrics.input_wait_share = share
         ceiling = self.report.get("decode_ceiling_images_per_second_per_worker")
