@@ -40,7 +40,13 @@ from shardspec.folder import check_folder
 log = logging.getLogger(__name__)
 
 # Parameters that do not change which records are written, or how.
-NOT_IN_FINGERPRINT = {"output", "cache_dir", "force_reshard", "max_error_fraction"}
+NOT_IN_FINGERPRINT = {
+    "output",
+    "cache_dir",
+    "force_reshard",
+    "max_error_fraction",
+    "allow_one_class",
+}
 
 
 def fingerprint(config: ShardConfig, plan: Plan) -> str:

@@ -142,6 +142,12 @@ class ShardConfig:
         "images with other labels are dead-lettered",
         section="Data",
     )
+    allow_one_class: bool = param(
+        False,
+        help="Shard an input of a single label (no classifier trains on such shards alone); "
+        "without it, one label is refused: usually --input is one folder above the class "
+        "folders",
+    )
 
     def __post_init__(self) -> None:
         for name in ("input", "output", "cache_dir", "label_map"):  # file://, ~ -> a path

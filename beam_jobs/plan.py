@@ -340,9 +340,12 @@ def build_plan(config: ShardConfig) -> Plan:
     if not label_map:
         raise InputError(f"no labelled images found under {config.input}")
     if len(label_map) < MIN_CLASSES:
-        # Shards of one class are valid data, but no classifier trains on them: say so
-        # now (validate_shards and the trainer refuse them).
-        log.warning("%s", _one_label_message(config, next(iter(label_map))))
+        # Shards of one class are valid data, but no classifier trains on them: refuse
+        # them now, not after the job at training, unless the user says they mean it.
+        message = _one_label_message(config, next(iter(label_map)))
+        if not config.allow_one_class:
+            raise InputError(f"{message}; --allow-one-class shards it anyway")
+        log.warning("%s", message)
     if not config.label_map and (warning := similar_labels_warning(label_map)):
         log.warning("%s", warning)  # a --label-map names its classes on purpose
 

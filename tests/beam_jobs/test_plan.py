@@ -41,17 +41,24 @@ def test_folder_labels_are_sorted_names_and_odd_files_are_handled(tmp_path):
     assert sum(1 for item in plan.items if item.reject) == 1
 
 
-def test_one_class_folder_is_planned_with_a_warning_that_says_why(tmp_path, caplog):
+def test_one_class_folder_is_refused_unless_the_user_means_it(tmp_path, caplog):
     """--input one level too high makes one label of everything: valid shards, but no
-    classifier trains on them (validate_shards and the trainer refuse), so say it now."""
+    classifier trains on them, so the job refuses before it runs (one line: the label it
+    found, the likely fix, the flag that shards it anyway)."""
     root = tmp_path / "data"
     for name in ("cat/1.jpg", "dog/1.jpg"):
         _touch(str(root / "images" / name))
+    with pytest.raises(InputError) as refused:
+        build_plan(_config(tmp_path, root))
+    message = str(refused.value)
+    assert f"{root} holds one class folder, 'images': a classifier needs 2" in message
+    assert "one level above the class folders" in message and "--allow-one-class" in message
+    assert "\n" not in message
+
     with caplog.at_level("WARNING", logger="beam_jobs.plan"):
-        plan = build_plan(_config(tmp_path, root))
+        plan = build_plan(_config(tmp_path, root, allow_one_class=True))
     assert plan.label_map == {"images": 0}
-    assert f"{root} holds one class folder, 'images': a classifier needs 2" in caplog.text
-    assert "one level above the class folders" in caplog.text
+    assert "holds one class folder, 'images'" in caplog.text
 
     caplog.clear()
     with caplog.at_level("WARNING", logger="beam_jobs.plan"):
@@ -118,10 +125,19 @@ def test_shard_count_follows_data_size_with_a_minimum(tmp_path):
     for i in range(40):
         _touch(str(root / "a" / f"{i}.jpg"), b"x" * 100_000)  # 4 MB in all
     fractions = {"train": 1.0, "validation": 0.0, "test": 0.0}
-    small = build_plan(_config(tmp_path, root, target_shard_mb=1, split_fractions=fractions))
+    small = build_plan(
+        _config(tmp_path, root, target_shard_mb=1, split_fractions=fractions, allow_one_class=True)
+    )
     assert small.shard_counts["train"] == 4
     big = build_plan(
-        _config(tmp_path, root, target_shard_mb=100, min_shards=3, split_fractions=fractions)
+        _config(
+            tmp_path,
+            root,
+            target_shard_mb=100,
+            min_shards=3,
+            split_fractions=fractions,
+            allow_one_class=True,
+        )
     )
     assert big.shard_counts["train"] == 3
 
@@ -191,7 +207,7 @@ def test_jsonl_manifest(tmp_path):
     _touch(str(tmp_path / "a.png"))
     manifest = tmp_path / "m.jsonl"
     manifest.write_text(json.dumps({"uri": str(tmp_path / "a.png"), "label": "a"}) + "\n\n")
-    plan = build_plan(_config(tmp_path, manifest))
+    plan = build_plan(_config(tmp_path, manifest, allow_one_class=True))
     assert [(i.uri, i.label_id) for i in plan.items] == [(str(tmp_path / "a.png"), 0)]
 
 
@@ -201,11 +217,11 @@ def test_label_map_file_fixes_ids_and_dead_letters_unknown_labels(tmp_path):
     _touch(str(root / "dog" / "1.jpg"))
     label_map = tmp_path / "labels.json"
     label_map.write_text(json.dumps({"dog": 0, "cat": 5}))
-    plan = build_plan(_config(tmp_path, root, label_map=str(label_map)))
+    plan = build_plan(_config(tmp_path, root, label_map=str(label_map), allow_one_class=True))
     assert {i.key: i.label_id for i in plan.items} == {"cat/1.jpg": 5, "dog/1.jpg": 0}
 
     label_map.write_text(json.dumps({"dog": 0}))
-    plan = build_plan(_config(tmp_path, root, label_map=str(label_map)))
+    plan = build_plan(_config(tmp_path, root, label_map=str(label_map), allow_one_class=True))
     assert {i.key: i.reject for i in plan.items} == {"cat/1.jpg": "unknown_label", "dog/1.jpg": ""}
 
 
@@ -230,7 +246,8 @@ def test_one_label_spelled_in_two_unicode_forms_is_one_class(tmp_path):
     manifest = tmp_path / "m.jsonl"
     rows = [{"uri": str(root / "tea" / "3.jpg"), "label": CAFE_NFD}]
     manifest.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    assert build_plan(_config(tmp_path, manifest)).label_map == {CAFE_NFC: 0}
+    one_label = _config(tmp_path, manifest, allow_one_class=True)
+    assert build_plan(one_label).label_map == {CAFE_NFC: 0}
 
     label_map = tmp_path / "labels.json"
     label_map.write_text(json.dumps({CAFE_NFD: 3, "tea": 4}))
