@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import posixpath
 import sys
+from pathlib import Path
 
 import fsspec
 
@@ -58,9 +59,15 @@ def summary(model_root: str, model_name: str) -> str:
     if not fs.isdir(path):
         raise SummaryError(f"{home}/{LATEST} names version {version}, which is not there")
     record = read_json(posixpath.join(published, PUBLISH_RECORD)) or {}
-    evaluation = record.get("evaluation") or {}
     train_dir = posixpath.dirname(record.get("source", "").rstrip("/"))
-    run_dir = posixpath.dirname(train_dir)
+    # The DAG's runs keep the evaluation and plots beside train/ (orchestration/runs.py);
+    # a model trained and published by hand has one folder for all of it.
+    run_dir = (
+        posixpath.dirname(train_dir) if posixpath.basename(train_dir) == "train" else train_dir
+    )
+    evaluation = record.get("evaluation") or (
+        read_json(posixpath.join(run_dir, EVALUATION)) if run_dir else None
+    )
     lines = [f"published {model_name} version {version}: {published}"]
     if evaluation:
         classes = len(evaluation.get("per_class_accuracy", {})) or 1
@@ -73,17 +80,38 @@ def summary(model_root: str, model_name: str) -> str:
             f"{evaluation['num_examples']} images (chance {1 / classes:.2f}); "
             f"per class: {per_class}"
         )
-    if run_dir:
-        lines.append(f"run folder: {run_dir}")
+    else:
         lines.append(
-            f"  {EVALUATION}, {CURVES}, {CONFUSION}; train/{METRICS}; "
-            f"TensorBoard: tensorboard --logdir {posixpath.join(train_dir, TENSORBOARD)}"
+            "no held-out evaluation kept with it (publish with --evaluation EVALUATION.json)"
         )
+    if run_dir:
+        lines += _run_files(run_dir, train_dir)
         run = RunRecord.read(train_dir)
         advice = (run.input_diagnosis if run else {}).get("advice")
         if advice:
             lines.append(f"input: {advice}")
     return "\n".join(lines)
+
+
+def _run_files(run_dir: str, train_dir: str) -> list[str]:
+    """Where the run's evaluation, plots and logs are: those that exist."""
+    fs, _ = fsspec.core.url_to_fs(run_dir)
+    wanted = [posixpath.join(run_dir, name) for name in (EVALUATION, CURVES, CONFUSION)]
+    wanted.append(posixpath.join(train_dir, METRICS))
+    there = [path for path in dict.fromkeys(wanted) if fs.exists(path)]
+    lines = [f"run folder: {run_dir}"]
+    if there:
+        lines.append("  " + ", ".join(posixpath.relpath(path, run_dir) for path in there))
+    logs = posixpath.join(train_dir, TENSORBOARD)
+    if fs.exists(logs):
+        lines.append(f"  TensorBoard: {tensorboard_command()} --logdir {logs}")
+    return lines
+
+
+def tensorboard_command() -> str:
+    """TensorBoard as installed beside this Python (.venv/bin is not on a user's PATH)."""
+    beside = Path(sys.executable).parent / "tensorboard"
+    return str(beside) if beside.exists() else f"{sys.executable} -m tensorboard.main"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,7 @@
 """What a person sees of a run: progress lines, the end-of-run summary, the plots."""
 
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -55,13 +56,41 @@ def test_summary_names_the_model_its_classes_and_where_things_are(tmp_path):
     (tmp_path / "models" / "shapes" / "LATEST").write_text("3\n")
     record = {"run_id": "r1", "source": str(run / "train" / "model"), "evaluation": EVALUATION}
     (published / "assets.extra" / "publish.json").write_text(json.dumps(record))
+    for name in (plots.CURVES, plots.CONFUSION):
+        (run / name).write_bytes(b"png")
+    (run / "train" / "tensorboard").mkdir()
     text = summary.summary(str(tmp_path / "models"), "shapes")
     assert f"published shapes version 3: {published}" in text
     assert "held-out test accuracy 0.750 on 40 images (chance 0.50)" in text
     assert "per class: circle 1.00, square 0.50" in text
-    assert f"run folder: {run}" in text and plots.CONFUSION in text
-    assert f"tensorboard --logdir {run / 'train' / 'tensorboard'}" in text
+    assert f"run folder: {run}\n  {plots.CURVES}, {plots.CONFUSION}, train/metrics.json" in text
+    command = summary.tensorboard_command()
+    assert f"TensorBoard: {command} --logdir {run / 'train' / 'tensorboard'}" in text
+    assert os.path.exists(command.split()[0])  # not a bare `tensorboard` off the PATH
     assert "input: compute-bound" in text
+
+
+def test_summary_of_a_model_trained_and_published_by_hand(tmp_path):
+    """`training.launch --output RUN` then `orchestration.publish --model RUN/model`: the run
+    folder is RUN itself, the accuracy comes from RUN/evaluation.json when the publish
+    record has none, and only the files that exist are listed."""
+    run = tmp_path / "run"
+    (run / "model").mkdir(parents=True)
+    (run / "metrics.json").write_text(json.dumps(METRICS))
+    (run / "config.json").write_text("{}")
+    (run / "evaluation.json").write_text(json.dumps(EVALUATION))
+    published = tmp_path / "models" / "shapes" / "1"
+    (published / "assets.extra").mkdir(parents=True)
+    (tmp_path / "models" / "shapes" / "LATEST").write_text("1\n")
+    record = {"run_id": "by-hand", "source": str(run / "model")}
+    (published / "assets.extra" / "publish.json").write_text(json.dumps(record))
+    text = summary.summary(str(tmp_path / "models"), "shapes")
+    assert "held-out test accuracy 0.750" in text
+    assert f"run folder: {run}\n  evaluation.json, metrics.json" in text
+    assert plots.CONFUSION not in text and "TensorBoard" not in text  # none there
+    (run / "evaluation.json").unlink()
+    text = summary.summary(str(tmp_path / "models"), "shapes")
+    assert "publish with --evaluation" in text
 
 
 def test_summary_says_in_one_line_when_nothing_readable_is_published(tmp_path, capsys):
