@@ -58,11 +58,11 @@ class RunFolder:
         except (tf.errors.NotFoundError, ValueError):
             pass
         if not isinstance(saved, dict) or "total_steps" not in saved:  # the run writes it first
-            if theirs := [n for n in RUN_FILES if tf.io.gfile.exists(self.path(n))]:
+            if theirs := self._foreign_entries():
                 raise ConfigError(
                     f"--output {self.output} holds {', '.join(theirs)} that this trainer did "
-                    f"not write (no {CONFIG} of its run): a run would replace them; give a new "
-                    "or empty folder, or a run folder of this trainer to resume"
+                    f"not write (no {CONFIG} of its run): a run would replace or mix with "
+                    "them; give a new or empty folder, or a run folder of this trainer to resume"
                 )
             return
         if not self.latest_checkpoint():
@@ -73,6 +73,17 @@ class RunFolder:
                 f"({'; '.join(conflicts)}): its checkpoints resume only the same run; give "
                 "another --output to train anew, or the run's parameters to resume it"
             )
+
+    def _foreign_entries(self) -> list[str]:
+        """What a folder without a run's config holds (hidden files aside): names a run
+        writes first, then the others; at most six."""
+        try:
+            names = [n.rstrip("/") for n in tf.io.gfile.listdir(self.output)]
+        except tf.errors.NotFoundError:
+            return []
+        names = [n for n in names if not n.startswith(".")]
+        ordered = [n for n in RUN_FILES if n in names] + sorted(set(names) - set(RUN_FILES))
+        return ordered[:6] + (["..."] if len(ordered) > 6 else [])
 
     def load_history(self) -> list[dict]:
         """The epochs a resumed run already trained (none for a new run)."""

@@ -86,9 +86,7 @@ def _observed(monkeypatch, *, is_chief, cache, epochs=3) -> dict:
 
 
 @pytest.mark.parametrize("cache", ["memory", ""])
-def test_only_the_chief_advises_and_a_cached_run_is_not_told_to_shrink_shards(
-    monkeypatch, cache
-):
+def test_only_the_chief_advises_and_a_cached_run_is_not_told_to_shrink_shards(monkeypatch, cache):
     assert "advice" not in _observed(monkeypatch, is_chief=False, cache=cache)
     assert "one epoch only" not in _observed(monkeypatch, is_chief=True, cache=cache, epochs=2)
     advice = _observed(monkeypatch, is_chief=True, cache=cache)["advice"]

@@ -393,15 +393,21 @@ def test_a_folder_of_the_users_is_not_overwritten(trainable_shards, tmp_path):
     refused = _train("--data", trainable_shards, "--output", str(project), "--epochs", "1")
     assert refused.returncode == 2, refused.stderr[-3000:]
     assert "Traceback" not in refused.stderr
-    assert f"--output {project} holds model that this trainer did not write" in refused.stderr
+    assert f"--output {project} holds model, notes.txt that this trainer did not" in refused.stderr
     assert (project / "model" / "__init__.py").read_text() == "# the user's code\n"
     assert sorted(p.name for p in project.iterdir()) == ["model", "notes.txt"]
 
     (project / "model" / "__init__.py").unlink()
-    (project / "model").rmdir()  # only files of other names there: the run goes ahead
+    (project / "model").rmdir()  # files of other names only: still not a new or empty folder
+    refused = _train("--data", trainable_shards, "--output", str(project), "--epochs", "1")
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert f"--output {project} holds notes.txt that this trainer did not" in refused.stderr
+    assert sorted(p.name for p in project.iterdir()) == ["notes.txt"]
+
+    (project / "notes.txt").unlink()
+    (project / ".DS_Store").write_text("")  # a hidden file is no one's work
     ran = _train("--data", trainable_shards, "--output", str(project), "--epochs", "1")
     assert ran.returncode == 0, ran.stderr[-3000:]
-    assert (project / "notes.txt").read_text() == "kept"
 
 
 def test_resume_conflicts_names_each_changed_parameter():
