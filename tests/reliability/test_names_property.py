@@ -66,7 +66,8 @@ def test_every_name_is_stored_once_or_dead_lettered_once(tmp_path_factory, files
             path.write_bytes(b"not an image")
         expected.add(f"{label}/{name}")
     output = root / "out"
-    code = shard_job(str(images), str(output), "--max-error-fraction", "1")
+    # Often one label folder: allowed, these examples are about the names.
+    code = shard_job(str(images), str(output), "--max-error-fraction", "1", "--allow-one-class")
     assert code == (0 if any(ok for *_, ok in files) else 1)  # nothing stored: a failure
     stored = []
     for shard in sorted(output.glob("*-of-*.tfrecord")):

@@ -308,13 +308,28 @@ def test_unknown_architecture_is_refused(trainable_shards, tmp_path, capsys):
     assert "vgg_huge" in capsys.readouterr().err
 
 
-def test_launcher_reports_a_failing_worker(tmp_path):
+def test_launcher_refuses_unusable_shards_once_before_any_worker(tmp_path):
     proc = _launch(
         "--data", str(tmp_path / "missing"), "--output", str(tmp_path / "o"), timeout=300
     )
     assert proc.returncode == 2
+    assert proc.stderr.count("shard directory does not exist") == 1, proc.stderr
+    assert "worker" not in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "o").exists()
+
+
+def test_launcher_reports_a_worker_that_fails_after_starting(trainable_shards, tmp_path):
+    """A problem only the workers can see (the output folder is the user's, found once
+    TensorFlow opened it) ends the launch with that worker's exit code, not a retry."""
+    output = tmp_path / "o"
+    output.mkdir()
+    (output / "notes.txt").write_text("kept")
+    proc = _launch("--data", trainable_shards, "--output", str(output), "--epochs", "1")
+    assert proc.returncode == 2, proc.stderr[-3000:]
     assert "failed (exit code 2)" in proc.stderr
-    assert "shard directory does not exist" in proc.stderr
+    assert "holds notes.txt that this trainer did not" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert sorted(p.name for p in output.iterdir()) == ["notes.txt"]
 
 
 def test_steps_per_call_keeps_checkpoints_on_their_exact_steps(trainable_shards, tmp_path):
