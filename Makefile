@@ -34,7 +34,7 @@ test-fast: install
 test-slow: install
 	$(BIN)/python -m pytest -m extended
 
-# Benchmarks (not part of `make test`): bench/results/*.json, table, plot, README table.
+# Benchmarks (not part of `make test`): bench/results/*.json, table, plot, docs/benchmarks.md.
 bench: install
 	$(BIN)/python -m bench
 

@@ -74,7 +74,11 @@ def main(argv: list[str] | None = None) -> int:
                 results_dir=args.results,
             )
     print(f"benchmarks took {time.perf_counter() - started:.0f}s", flush=True)
-    readme = None if args.smoke or args.results != common.RESULTS else common.REPO / "README.md"
+    readme = (
+        None
+        if args.smoke or args.results != common.RESULTS
+        else common.REPO / "docs" / "benchmarks.md"
+    )
     report.report(args.results, readme=readme)
     return 0
 

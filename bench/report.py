@@ -1,4 +1,4 @@
-"""Turn bench/results/*.json into a Markdown table, a PNG plot and the README's table."""
+"""Turn bench/results/*.json into a Markdown table, a PNG plot and docs/benchmarks.md's table."""
 
 from __future__ import annotations
 
@@ -232,4 +232,4 @@ def report(results_dir: Path = common.RESULTS, readme: Path | None = None) -> st
 
 
 if __name__ == "__main__":
-    report(readme=common.REPO / "README.md")
+    report(readme=common.REPO / "docs" / "benchmarks.md")

@@ -24,8 +24,10 @@ JSON
 echo "running the DAG image_model_pipeline (full log: $DEMO_DIR/dag-run.log)"
 airflow dags test image_model_pipeline -c "$CONF" > "$DEMO_DIR/dag-run.log" 2>&1 &
 DAG_PID=$!
-# One line per task start and end, read from Airflow's database while the run goes on.
-python -m orchestration.progress --db "$AIRFLOW_HOME/airflow.db" --pid "$DAG_PID" || true
+# One line per task start and end (and per training epoch), read from Airflow's database
+# and the run folder while the run goes on.
+python -m orchestration.progress --db "$AIRFLOW_HOME/airflow.db" --pid "$DAG_PID" \
+  --output-root "$DEMO_DIR/pipeline" || true
 if ! wait "$DAG_PID"; then
   tail -n 60 "$DEMO_DIR/dag-run.log"
   echo "demo: the DAG run failed; full log in $DEMO_DIR/dag-run.log" >&2

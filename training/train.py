@@ -18,6 +18,7 @@ import json
 import logging
 import signal
 import sys
+import time
 
 from runspec.layout import EVALUATION
 from shardspec.folder import LOCAL_FILES, check_folder
@@ -161,7 +162,10 @@ def run(config: train_config.TrainConfig) -> int:
     log.info("%s: final weights fingerprint %s", cluster.name, trainer.task.weights_fingerprint())
     if advice := trainer.diagnosis.report.get("advice"):
         log.info("input diagnosis: %s", advice)
+    started = time.monotonic()
+    log.info("%s: exporting the model (SavedModel serving image bytes)", cluster.name)
     path = trainer.export(history)
+    log.info("%s: export done in %.0fs", cluster.name, time.monotonic() - started)
     if path and config.evaluate:
         from training.evaluate import evaluate_saved_model, write_evaluation
 

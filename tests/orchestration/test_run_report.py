@@ -177,3 +177,25 @@ def test_the_summary_first_says_what_the_newest_run_decided(tmp_path, capsys):
         "model's 0.850 (version 1; allowed 0.01)"
     )
     assert second.startswith("published shapes version 1: ")
+
+
+def test_progress_shows_each_training_epoch_once(tmp_path):
+    from orchestration.runs import RunPaths
+
+    assert progress.epoch_lines(str(tmp_path), "r1", 0) == []  # not started yet
+    train = tmp_path / "runs" / "r1" / "train"
+    train.mkdir(parents=True)
+    (train / "config.json").write_text(json.dumps({"epochs": 30}))
+    epochs = [{**e, "seconds": 1.25} for e in METRICS["epochs"]]
+    (train / "metrics.json").write_text(json.dumps({"epochs": epochs[:2]}))
+    assert RunPaths.for_run(str(tmp_path), "r1").train == str(train)
+    first = progress.epoch_lines(str(tmp_path), "r1", 0)
+    assert first == [
+        "  train: epoch 1/30 train_acc 0.400 val_acc 0.350 (1.2s)",
+        "  train: epoch 2/30 train_acc 0.500 val_acc 0.450 (1.2s)",
+    ]
+    (train / "metrics.json").write_text(json.dumps({"epochs": epochs}))
+    assert [line.split()[2] for line in progress.epoch_lines(str(tmp_path), "r1", 2)] == [
+        "3/30",
+        "4/30",
+    ]
