@@ -34,8 +34,9 @@ from beam_jobs import fs
 from beam_jobs.config import ShardConfig
 from beam_jobs.plan import Plan
 from beam_jobs.validate import BEAM_FILES
-from shardspec.example import SCHEMA_VERSION
+from shardspec.example import FEATURE_KINDS, SCHEMA_VERSION
 from shardspec.folder import check_folder
+from shardspec.statistics import VERSION as STATISTICS_VERSION
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,10 @@ def fingerprint(config: ShardConfig, plan: Plan) -> str:
     digest = hashlib.sha256()
     head = {
         "schema_version": SCHEMA_VERSION,
+        # What a folder holds besides the records' schema version: an output written
+        # before a key or the statistics were added is not reused for this code's.
+        "record_keys": sorted(FEATURE_KINDS),
+        "statistics_version": STATISTICS_VERSION,
         "params": params,
         "label_map": plan.label_map,
         "shard_counts": plan.shard_counts,

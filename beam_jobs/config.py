@@ -10,6 +10,7 @@ import argparse
 from dataclasses import asdict, dataclass
 
 import stageconfig
+from beam_jobs.perceptual_hash import DEFAULT_MAX_DISTANCE, MAX_DISTANCE_LIMIT
 from beam_jobs.splits import SPLIT_NAMES
 from shardspec.example import MAX_PIXELS
 from shardspec.layout import COMPRESSIONS, DEFAULT_COMPRESSION
@@ -124,6 +125,23 @@ class ShardConfig:
         maximum=1 << 20,
         help="Dead-letter files larger than this many MB (file_too_large) instead of "
         "reading them: every read is bounded",
+        section="Data",
+    )
+    near_duplicate_distance: int = param(
+        DEFAULT_MAX_DISTANCE,
+        minimum=0,
+        maximum=MAX_DISTANCE_LIMIT,
+        help="Images whose 64-bit perceptual hashes differ in at most this many bits are "
+        "near-copies (resized, re-encoded, slightly cropped or colour-jittered): listed in "
+        "copies/ with kind near, and warned of when they span splits (0: the same pixels "
+        "at 32x32 grey only)",
+        section="Data",
+    )
+    leak_free_splits: bool = param(
+        False,
+        help="Keep each group of near-copies (and exact copies) in one split: the split its "
+        "first member by split hash would get. Costs a first pass that reads and hashes "
+        "every image; a manifest's split column still wins",
         section="Data",
     )
     cache_dir: str | None = param(

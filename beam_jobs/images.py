@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image, ImageOps, PngImagePlugin, UnidentifiedImageError
 
+from beam_jobs.perceptual_hash import phash
 from shardspec.example import MAX_PIXELS
 
 # Set once for the process, not per call: `warnings.catch_warnings` swaps the global filter
@@ -107,6 +108,12 @@ class PreparedImage:
     width: int
     sha256: str
     reencoded: bool
+    # What the data statistics and the near-duplicate search need, measured while the
+    # image is decoded anyway: its size and format as read, and the stored pixels' pHash.
+    source_width: int = 0
+    source_height: int = 0
+    source_format: str = ""
+    phash: int = 0
 
 
 def prepare_image(data: bytes, *, max_side: int = 0, max_pixels: int = MAX_PIXELS) -> PreparedImage:
@@ -133,6 +140,7 @@ class _Steps:
 
 def _prepare(data: bytes, max_side: int, max_pixels: int, steps: _Steps) -> PreparedImage:
     image, source_format = _open(data, max_pixels)
+    source_width, source_height = image.size
     steps.current = "decode"
     try:
         image.load()  # full decode: catches truncated and corrupt data
@@ -162,6 +170,8 @@ def _prepare(data: bytes, max_side: int, max_pixels: int, steps: _Steps) -> Prep
 
     steps.current = "encode"
     encoded = _encode(image, target_format) if changed else data
+    steps.current = "phash"
+    perceptual = phash(image)
     return PreparedImage(
         encoded=encoded,
         image_format=target_format,
@@ -169,6 +179,10 @@ def _prepare(data: bytes, max_side: int, max_pixels: int, steps: _Steps) -> Prep
         width=image.width,
         sha256=hashlib.sha256(encoded).hexdigest(),
         reencoded=changed,
+        source_width=source_width,
+        source_height=source_height,
+        source_format=source_format.lower(),
+        phash=perceptual,
     )
 
 

@@ -28,6 +28,8 @@ from beam_jobs.splits import SPLIT_NAMES
 from shardspec.example import SCHEMA_VERSION
 from shardspec.folder import FolderMetadata
 from shardspec.layout import CONFIG, COPIES_DIR, ERRORS_DIR, METADATA, SUCCESS, shard_name
+from shardspec.statistics import VERSION as STATISTICS_VERSION
+from shardspec.statistics import DatasetStatistics, ImageStatistics
 from shardspec.tfrecord import encode_shard
 
 log = logging.getLogger(__name__)
@@ -125,6 +127,7 @@ def build_metadata(
     errors: list[dict],
     runner: str,
     copies: list[dict] = (),
+    statistics: list[dict] = (),
 ) -> dict:
     splits = {}
     for split in SPLIT_NAMES:
@@ -155,11 +158,46 @@ def build_metadata(
         "num_errors": num_errors,
         "error_fraction": round(error_fraction, 6),
         "errors_by_reason": dict(sorted(Counter(e["reason"] for e in errors).items())),
-        "copies": copies_summary(list(copies)),
+        "copies": copies_summary([c for c in copies if c.get("kind", "exact") == "exact"]),
+        "statistics": dataset_statistics(statistics, splits, num_inputs, errors, copies).to_json(),
         "max_error_fraction": config.max_error_fraction,
         "params": config.to_json(),
         "runner": runner,
     }
+
+
+def dataset_statistics(
+    statistics: list[dict], splits: dict, num_inputs: int, errors: list[dict], copies: list[dict]
+) -> DatasetStatistics:
+    """The job's merged image statistics (one row, none when nothing was stored) with the
+    counts metadata.json holds elsewhere, as shardspec.statistics types them."""
+    per_label: Counter = Counter()
+    for split in splits.values():
+        per_label.update(split["per_label"])
+    near = [c for c in copies if c.get("kind") == "near"]
+    alike = [c for c in copies if c.get("kind") == "alike"]
+    across = [g for g in near if len({i["split"] for i in g["images"]}) > 1]
+    held_out = sum(
+        1
+        for group in across
+        if any(i["split"] == "train" for i in group["images"])
+        for image in group["images"]
+        if image["split"] != "train"
+    )
+    return DatasetStatistics(
+        version=STATISTICS_VERSION,
+        images=ImageStatistics.from_json(statistics[0]) if statistics else ImageStatistics(),
+        per_label=dict(per_label),
+        per_split={name: split["num_records"] for name, split in splits.items()},
+        num_inputs=num_inputs,
+        errors_by_reason=dict(Counter(e["reason"] for e in errors)),
+        exact_duplicate_groups=sum(1 for c in copies if c.get("kind", "exact") == "exact"),
+        near_duplicate_groups=len(near),
+        near_duplicate_groups_across_splits=len(across),
+        held_out_with_near_copy_in_train=held_out,
+        alike_groups=len(alike),
+        alike_images=sum(c["num_images"] for c in alike),
+    )
 
 
 def copies_summary(groups: list[dict]) -> dict:

@@ -18,8 +18,8 @@ import os
 import posixpath
 import unicodedata
 from collections import Counter, defaultdict
-from collections.abc import Iterable
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field, replace
 
 from apache_beam.io.filesystems import FileSystems
 
@@ -71,6 +71,17 @@ class Plan:
     items: list[WorkItem]
     label_map: dict[str, int]
     shard_counts: dict[str, int]
+    # The listing the plan was placed from (items as listed, sizes by key): placing it
+    # again with other splits (with_splits) lists nothing twice.
+    listing: tuple[list[WorkItem], dict[str, int]] = field(
+        default=((), {}), repr=False, compare=False
+    )
+
+    def with_splits(self, config: ShardConfig, split_overrides: Mapping[str, str]) -> Plan:
+        """The same listing placed again, `split_overrides` (key -> split) winning over
+        the splits keys hash to (not over a manifest's split column)."""
+        items, sizes = self.listing
+        return _place(config, list(items), sizes, self.label_map, split_overrides)
 
     @property
     def num_inputs(self) -> int:
@@ -348,7 +359,18 @@ def build_plan(config: ShardConfig) -> Plan:
         log.warning("%s", message)
     if not config.label_map and (warning := similar_labels_warning(label_map)):
         log.warning("%s", warning)  # a --label-map names its classes on purpose
+    return _place(config, items, sizes, label_map, {})
 
+
+def _place(
+    config: ShardConfig,
+    items: list[WorkItem],
+    sizes: dict[str, int],
+    label_map: dict[str, int],
+    split_overrides: Mapping[str, str],
+) -> Plan:
+    """Listed items -> a Plan: label ids, splits (a manifest's, else an override, else
+    the key's hash) and balanced shard and chunk assignments."""
     placed: list[WorkItem] = []
     for item in items:
         if item.reject:
@@ -356,7 +378,11 @@ def build_plan(config: ShardConfig) -> Plan:
         elif item.label not in label_map:
             placed.append(replace(item, reject="unknown_label"))
         else:
-            split = item.split or assign_split(item.key, config.split_fractions)
+            split = (
+                item.split
+                or split_overrides.get(item.key)
+                or assign_split(item.key, config.split_fractions)
+            )
             placed.append(replace(item, label_id=label_map[item.label], split=split))
 
     by_split: dict[str, list[WorkItem]] = defaultdict(list)
@@ -392,7 +418,7 @@ def build_plan(config: ShardConfig) -> Plan:
         sum(1 for i in final if i.reject),
         len(label_map),
     )
-    return Plan(items=final, label_map=label_map, shard_counts=shard_counts)
+    return Plan(items=final, label_map=label_map, shard_counts=shard_counts, listing=(items, sizes))
 
 
 def _one_label_message(config: ShardConfig, label: str) -> str:

@@ -35,15 +35,22 @@ from beam_jobs.config import ConfigError, ShardConfig, add_arguments, config_fro
 from beam_jobs.fs import escape_glob, json_bytes
 from beam_jobs.images import INTERNAL_ERROR
 from beam_jobs.local_runner import LOCAL_RUNNER, LOCAL_RUNNER_NAMES, choose_local_mode
+from beam_jobs.perceptual_hash import MAX_GROUP_SIZE
 from beam_jobs.plan import InputError, WorkItem, build_plan
 from beam_jobs.transforms import (
     CONTENT,
     ERRORS,
     FRAGMENTS,
+    HASHES,
+    STATS,
     FindCopies,
+    FindNearCopies,
+    HashImageFn,
+    MergeStatisticsFn,
     ReadImages,
     WriteJsonLines,
     WriteShards,
+    group_splits,
 )
 from shardspec.layout import CONFIG
 from stageconfig import exit_codes
@@ -124,6 +131,37 @@ def copies_warning(summary: dict, where: str) -> str:
     return (
         f"{summary['groups']} images are stored more than once ({summary['extra_copies']} "
         f"extra copies of the same bytes): {'; '.join(problems)}. Each is listed in {where}"
+    )
+
+
+def near_copies_warning(metadata: dict, where: str) -> str:
+    """A warning for validation and test images with a near-copy in train ("" for none):
+    a resized or re-encoded copy of a test image that the model trained on inflates its
+    score as surely as the same bytes do."""
+    duplicates = metadata["statistics"]["duplicates"]
+    if not duplicates["held_out_with_near_copy_in_train"]:
+        return ""
+    return (
+        f"{duplicates['held_out_with_near_copy_in_train']} validation/test images have a "
+        f"near-copy in train (resized, re-encoded or slightly edited: pHash within "
+        f"{metadata['params']['near_duplicate_distance']} bits), in "
+        f"{duplicates['near_groups_across_splits']} groups listed in {where} (kind near); "
+        "--leak-free-splits keeps each group in one split"
+    )
+
+
+def alike_warning(metadata: dict, where: str) -> str:
+    """A warning for images too alike for the hash to tell copies from look-alikes."""
+    duplicates = metadata["statistics"]["duplicates"]
+    if not duplicates["alike_groups"]:
+        return ""
+    distance = metadata["params"]["near_duplicate_distance"]
+    return (
+        f"{duplicates['alike_images']} images fall into {duplicates['alike_groups']} groups "
+        f"of more than {MAX_GROUP_SIZE} look-alikes (pHash within {distance} bits): too "
+        "alike for a perceptual hash to tell copies apart (flat or synthetic images), so "
+        f"they are not listed, counted as leaks or kept in one split (kind alike in {where}); "
+        "a lower --near-duplicate-distance separates them"
     )
 
 
@@ -251,6 +289,18 @@ def build_pipeline(
         | "WriteCopies"
         >> WriteJsonLines(out.join(staging, out.COPIES_DIR, "copies"), key_field="sha256")
     )
+    (
+        results[HASHES]
+        | "FindNearCopies" >> FindNearCopies(config.near_duplicate_distance)
+        | "WriteNearCopies"
+        >> WriteJsonLines(out.join(staging, out.COPIES_DIR, "near"), key_field="key")
+    )
+    (
+        results[STATS]
+        | "MergeStatistics" >> beam.CombineGlobally(MergeStatisticsFn())
+        | "WriteStatistics"
+        >> WriteJsonLines(out.join(staging, "_reports", "statistics"), key_field="num_images")
+    )
 
 
 def shard_images(
@@ -280,6 +330,9 @@ def shard_images(
     with _stage("staging"):
         staging = _stage_plan(config, plan)
     try:
+        if config.leak_free_splits:
+            with _stage("grouping copies (--leak-free-splits)"):
+                plan = _leak_free_plan(config, options, plan, staging, choose_local)
         with _stage("running the pipeline"):
             _run_pipeline(config, options, plan, staging, choose_local)
         with _stage("writing the output"):
@@ -322,22 +375,80 @@ def _stage_plan(config: ShardConfig, plan) -> str:
     # at the end): a running or killed job says what it was asked to do.
     out.write_bytes(out.join(config.output, CONFIG), json_bytes(config.to_json(), indent=2))
     staging = out.new_staging_dir(config.output)
-    plan_path = out.join(staging, "_plan", "inputs.jsonl")
-    out.write_bytes(plan_path, "".join(i.to_json() + "\n" for i in plan.items).encode())
+    _write_plan(staging, plan)
     return staging
+
+
+def _plan_path(staging: str) -> str:
+    return out.join(staging, "_plan", "inputs.jsonl")
+
+
+def _write_plan(staging: str, plan) -> None:
+    out.write_bytes(_plan_path(staging), "".join(i.to_json() + "\n" for i in plan.items).encode())
+
+
+def _choose_local(options: PipelineOptions, plan, choose_local: bool) -> None:
+    if choose_local and options.view_as(StandardOptions).runner == LOCAL_RUNNER:
+        mode = choose_local_mode(plan.num_inputs)
+        direct = options.view_as(DirectOptions)
+        direct.direct_running_mode, direct.direct_num_workers = mode.running_mode, mode.workers
 
 
 def _run_pipeline(
     config: ShardConfig, options: PipelineOptions, plan, staging: str, choose_local: bool
 ) -> None:
-    if choose_local and options.view_as(StandardOptions).runner == LOCAL_RUNNER:
-        mode = choose_local_mode(plan.num_inputs)
-        direct = options.view_as(DirectOptions)
-        direct.direct_running_mode, direct.direct_num_workers = mode.running_mode, mode.workers
+    _choose_local(options, plan, choose_local)
     log.info("running the sharding pipeline on %s (staging %s)", describe_runner(options), staging)
-    plan_path = out.join(staging, "_plan", "inputs.jsonl")
     with beam.Pipeline(options=options) as pipeline:
-        build_pipeline(pipeline, config, plan_path, staging, plan.shard_counts)
+        build_pipeline(pipeline, config, _plan_path(staging), staging, plan.shard_counts)
+
+
+def build_grouping_pipeline(p: beam.Pipeline, config: ShardConfig, plan_path: str, groups: str):
+    """--leak-free-splits' first pass: every planned image's pHash -> groups of copies."""
+    (
+        p
+        | "ReadPlan" >> beam.io.ReadFromText(escape_glob(plan_path))
+        | "ParsePlan" >> beam.Map(WorkItem.from_json)
+        | "Spread" >> beam.Reshuffle()  # the plan is one file: one bundle without this
+        | "HashImages"
+        >> beam.ParDo(
+            HashImageFn(config.max_side, config.max_pixels, int(config.max_file_mb * 2**20))
+        )
+        | "Batch" >> beam.BatchElements(min_batch_size=64, max_batch_size=4096)
+        | "FindGroups" >> FindNearCopies(config.near_duplicate_distance, keep_exact=True)
+        | "WriteGroups" >> WriteJsonLines(groups, key_field="key")
+    )
+
+
+def _leak_free_plan(
+    config: ShardConfig, options: PipelineOptions, plan, staging: str, choose_local: bool
+):
+    """Hash every image, group copies, and place each group in one split: the plan again
+    with those splits (written over the staged one)."""
+    _choose_local(options, plan, choose_local)
+    log.info("grouping near-copies for --leak-free-splits on %s", describe_runner(options))
+    groups_dir = out.join(staging, "_groups")
+    with beam.Pipeline(options=options) as pipeline:
+        build_grouping_pipeline(pipeline, config, _plan_path(staging), out.join(groups_dir, "g"))
+    split_of = {item.key: item.split for item in plan.items if not item.reject}
+    overrides = {}
+    groups = [g for g in out.read_json_lines(groups_dir, "*") if g["images"]]
+    for group in groups:
+        for key, split in group_splits(group).items():
+            if split_of.get(key) != split:
+                overrides[key] = split
+    placed = plan.with_splits(config, overrides)
+    moved = sum(
+        1 for item in placed.items if not item.reject and split_of.get(item.key) != item.split
+    )
+    log.info(
+        "--leak-free-splits: %d groups of copies, each kept in one split (%d images moved "
+        "to their group's split; a manifest's split column is kept)",
+        len(groups),
+        moved,
+    )
+    _write_plan(staging, placed)
+    return placed
 
 
 def _finish_output(
@@ -349,8 +460,13 @@ def _finish_output(
     reports = out.complete_shards(staging, plan, reports, config)
     errors = out.read_json_lines(out.join(staging, out.ERRORS_DIR), "*")
     copies = out.read_json_lines(out.join(staging, out.COPIES_DIR), "*")
-    metadata = out.build_metadata(config, plan, reports, errors, runner, copies)
+    statistics = out.read_json_lines(out.join(staging, "_reports"), "statistics*")
+    metadata = out.build_metadata(config, plan, reports, errors, runner, copies, statistics)
     if warning := copies_warning(metadata["copies"], out.join(config.output, out.COPIES_DIR)):
+        log.warning("%s", warning)
+    if warning := near_copies_warning(metadata, out.join(config.output, out.COPIES_DIR)):
+        log.warning("%s", warning)
+    if warning := alike_warning(metadata, out.join(config.output, out.COPIES_DIR)):
         log.warning("%s", warning)
     if warning := untrained_labels_warning(metadata):
         log.warning("%s", warning)

@@ -16,17 +16,19 @@ import threading
 from collections import Counter
 
 import apache_beam as beam
+import numpy as np
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
-from beam_jobs import fs
+from beam_jobs import fs, perceptual_hash
 from beam_jobs.images import INTERNAL_ERROR, ImageRejected, PreparedImage, prepare_image, step
 from beam_jobs.output import write_bytes
 from beam_jobs.plan import REJECT_DETAILS, WorkItem
 from beam_jobs.splits import hash_fraction
 from shardspec.example import encode_example
 from shardspec.layout import shard_name
+from shardspec.statistics import ImageStatistics
 from shardspec.tfrecord import compress_shard, frame_record
 from stageconfig import text_name
 
@@ -35,6 +37,10 @@ FRAGMENTS = "fragments"
 ERRORS = "errors"
 # (sha256 of the stored bytes, (key, label, split)) of every stored image, to find copies.
 CONTENT = "content"
+# One ImageStatistics partial per chunk (a few hundred bytes), merged by MergeStatistics.
+STATS = "stats"
+# A chunk's [(pHash as int64, (key, label, split, sha256))] of its stored images.
+HASHES = "hashes"
 # Inside the staging folder; names starting with "_" are never published.
 FRAGMENTS_DIR = "_fragments"
 # Warning lines per worker process for inputs that failed unexpectedly; errors/ lists all.
@@ -100,6 +106,7 @@ def _read_record(item: WorkItem, max_side: int, max_pixels: int, max_bytes: int)
             sha256=image.sha256,
             label=item.label_id,
             label_text=item.label,
+            phash=image.phash,
         )
         return example, image
 
@@ -148,7 +155,7 @@ class ReadChunkFn(beam.DoFn):
 
     def process(self, element):
         (split, shard, chunk), items = element
-        framed, per_label = [], Counter()
+        framed, per_label, stats, hashes = [], Counter(), ImageStatistics(), []
         for item in sorted(items, key=lambda i: i.key):  # the shard's record order
             outcome = read_record(item, self.max_side, self.max_pixels, self.max_bytes)
             if isinstance(outcome, dict):
@@ -160,7 +167,20 @@ class ReadChunkFn(beam.DoFn):
             self.images_reencoded.inc(int(image.reencoded))
             framed.append(frame_record(example))
             per_label[item.label] += 1
+            stats.add(
+                width=image.source_width,
+                height=image.source_height,
+                stored_bytes=len(image.encoded),
+                source_format=image.source_format,
+                stored_format=image.image_format,
+                reencoded=image.reencoded,
+            )
             yield beam.pvalue.TaggedOutput(CONTENT, (image.sha256, (item.key, item.label, split)))
+            holder = (item.key, item.label, split, image.sha256)
+            hashes.append((perceptual_hash.to_int64(image.phash), holder))
+        if stats.num_images:
+            yield beam.pvalue.TaggedOutput(STATS, stats.to_json())
+            yield beam.pvalue.TaggedOutput(HASHES, hashes)  # one element a chunk, not an image
         if shard < 0:  # inputs rejected while planning belong to no shard
             return
         # Rewritten whole by a retried bundle: the same items give the same bytes.
@@ -174,9 +194,38 @@ class ReadChunkFn(beam.DoFn):
         }
 
 
+class HashImageFn(beam.DoFn):
+    """A planned input -> (pHash as int64, (key, label, split, sha256)) of what is stored;
+    nothing for a rejected one (the main pass dead-letters it). --leak-free-splits' first
+    pass: the same read_record as the main pass, so the hashes are the stored images'."""
+
+    def __init__(self, max_side: int, max_pixels: int, max_bytes: int = DEFAULT_MAX_BYTES):
+        self.max_side, self.max_pixels, self.max_bytes = max_side, max_pixels, max_bytes
+
+    def process(self, item):
+        if item.reject:
+            return
+        outcome = read_record(item, self.max_side, self.max_pixels, self.max_bytes)
+        if not isinstance(outcome, dict):
+            image = outcome[1]
+            holder = (item.key, item.label, item.split, image.sha256)
+            yield perceptual_hash.to_int64(image.phash), holder
+
+
+def group_splits(group: dict) -> dict[str, str]:
+    """key -> split for every member of a group of copies: the split of its first member
+    in split-hash order, so the choice depends only on the group's own images (nothing
+    for a group of look-alikes, whose members keep their own splits)."""
+    if not group["images"]:
+        return {}
+    first = min(group["images"], key=lambda image: (hash_fraction(image["key"]), image["key"]))
+    return {image["key"]: first["split"] for image in group["images"]}
+
+
 class ReadImages(beam.PTransform):
-    """WorkItems -> tagged outputs `fragments` (reports of fragment files), `errors` and
-    `content` (what each stored image's bytes hash to)."""
+    """WorkItems -> tagged outputs `fragments` (reports of fragment files), `errors`,
+    `content` (what each stored image's bytes hash to), `stats` (per-chunk statistics)
+    and `hashes` (each stored image's pHash)."""
 
     def __init__(
         self, directory: str, max_side: int, max_pixels: int, max_bytes: int = DEFAULT_MAX_BYTES
@@ -196,7 +245,7 @@ class ReadImages(beam.PTransform):
             | "ReadAndValidate"
             >> beam.ParDo(
                 ReadChunkFn(self.directory, self.max_side, self.max_pixels, self.max_bytes)
-            ).with_outputs(ERRORS, CONTENT, main=FRAGMENTS)
+            ).with_outputs(ERRORS, CONTENT, STATS, HASHES, main=FRAGMENTS)
         )
 
 
@@ -273,6 +322,7 @@ class FindCopies(beam.PTransform):
             holders = sorted(holders)
             if len(holders) > 1:
                 yield {
+                    "kind": "exact",
                     "sha256": sha256,
                     "images": [
                         {"key": key, "label": label, "split": split}
@@ -282,6 +332,128 @@ class FindCopies(beam.PTransform):
 
         return (
             content | "GroupByContent" >> beam.GroupByKey() | "KeepCopies" >> beam.FlatMap(copies)
+        )
+
+
+class MergeStatisticsFn(beam.CombineFn):
+    """Per-chunk ImageStatistics partials (as JSON dicts) -> one, for the whole job."""
+
+    def create_accumulator(self):
+        return ImageStatistics()
+
+    def add_input(self, accumulator, partial):
+        return accumulator.merge(ImageStatistics.from_json(partial))
+
+    def merge_accumulators(self, accumulators):
+        merged = ImageStatistics()
+        for accumulator in accumulators:
+            merged.merge(accumulator)
+        return merged
+
+    def extract_output(self, accumulator):
+        return accumulator.to_json()
+
+
+class FindNearCopies(beam.PTransform):
+    """Lists of (pHash as int64, (key, label, split, sha256)) -> one row per group of images whose
+    pHashes are within `max_distance` of each other (transitively), when the group holds
+    two or more different contents (groups of one content are FindCopies' rows).
+
+    No pair of all images is compared: each hash goes to `max_distance + 1` buckets, one
+    per band of its bits (perceptual_hash.bands), and only hashes sharing a bucket are
+    compared. A close pair is emitted once, from the first band the two agree on; images
+    with the same hash are chained in their first band's bucket, so a bucket of ten
+    thousand blank images gives ten thousand edges, not fifty million. Hashes travel as
+    one list per chunk and band (a few per chunk, not `max_distance + 1` per image): the
+    per-element cost of a Beam shuffle would otherwise exceed the hashing. Each band is
+    bucketed in one place; the edges (one per near-copy, few) are joined in one place.
+    """
+
+    def __init__(self, max_distance: int, *, keep_exact: bool = False):
+        super().__init__()
+        self.max_distance = max_distance
+        self.keep_exact = keep_exact  # groups of one content too (--leak-free-splits)
+
+    def expand(self, hash_lists):
+        max_distance, keep_exact = self.max_distance, self.keep_exact
+
+        def by_band(hashes):
+            # One packed element per chunk and band: the hashes as int64 bytes (Beam's
+            # integer coder stops at 2**63) and their holders as one JSON blob, so the
+            # shuffle and its state cache see two objects a chunk, not five an image.
+            values = np.array([v for v, _ in hashes], dtype=np.int64).tobytes()
+            holders = json.dumps([h for _, h in hashes]).encode()
+            for index in range(max_distance + 1):
+                yield index, (values, holders)
+
+        def edges(element):
+            band_index, packs = element
+            packs = list(packs)
+            values = np.concatenate([np.frombuffer(v, dtype=np.int64) for v, _ in packs]).view(
+                np.uint64
+            )
+            sizes = [len(v) // 8 for v, _ in packs]
+            chunk = np.repeat(np.arange(len(packs)), sizes)
+            offset = np.concatenate([np.arange(n) for n in sizes]) if sizes else chunk
+            band = perceptual_hash.band_values(values, max_distance, band_index)
+            order = np.lexsort((values, band))  # by bucket, then by hash
+            decoded: dict[int, list] = {}
+
+            def holder(i):
+                c = int(chunk[i])
+                if c not in decoded:
+                    decoded[c] = json.loads(packs[c][1])
+                return tuple(decoded[c][int(offset[i])])
+
+            pairs, holders = [], {}
+            for bucket in np.split(order, np.flatnonzero(np.diff(band[order])) + 1):
+                if len(bucket) < 2:
+                    continue
+                for a, b in perceptual_hash.bucket_edges(values[bucket], band_index, max_distance):
+                    first, second = holder(bucket[a]), holder(bucket[b])
+                    holders[first[0]], holders[second[0]] = first[1:], second[1:]
+                    pairs.append((first[0], second[0]))
+            # One element a band, one bytes object: a dense set of look-alikes gives
+            # hundreds of thousands of edges, too many to travel one by one.
+            yield json.dumps({"pairs": pairs, "holders": holders}).encode()
+
+        def near_groups(per_band):
+            holders, pairs = {}, []
+            for blob in per_band:
+                band = json.loads(blob)
+                pairs += band["pairs"]
+                holders.update((k, (k, *h)) for k, h in band["holders"].items())
+            for keys in perceptual_hash.groups(pairs):
+                if len(keys) > perceptual_hash.MAX_GROUP_SIZE:
+                    yield {  # look-alikes: a count and a few names, not a group of copies
+                        "kind": "alike",
+                        "key": keys[0],
+                        "max_distance": max_distance,
+                        "num_images": len(keys),
+                        "examples": keys[:10],
+                        "images": [],
+                    }
+                    continue
+                members = [holders[k] for k in keys]
+                if len({sha for *_, sha in members}) < 2 and not keep_exact:
+                    continue  # the same bytes: FindCopies reports them
+                yield {
+                    "kind": "near",
+                    "key": keys[0],
+                    "max_distance": max_distance,
+                    "images": [
+                        {"key": key, "label": label, "split": split, "sha256": sha}
+                        for key, label, split, sha in members
+                    ],
+                }
+
+        return (
+            hash_lists
+            | "ByBand" >> beam.FlatMap(by_band)
+            | "GroupByBand" >> beam.GroupByKey()
+            | "ClosePairs" >> beam.FlatMap(edges)
+            | "AllBands" >> beam.combiners.ToList()
+            | "JoinGroups" >> beam.FlatMap(near_groups)
         )
 
 

@@ -22,6 +22,9 @@ IMAGE_ID = "image/id"
 IMAGE_SHA256 = "image/key/sha256"
 LABEL = "image/class/label"
 LABEL_TEXT = "image/class/text"
+# The stored pixels' 64-bit pHash (beam_jobs.perceptual_hash) as a signed int64: what
+# near-duplicate search groups by, readable later without decoding an image.
+IMAGE_PHASH = "image/phash"
 
 # Every key with its kind ("bytes" or "int64"); the TensorFlow parse spec is built from this.
 FEATURE_KINDS = {
@@ -33,7 +36,11 @@ FEATURE_KINDS = {
     IMAGE_SHA256: "bytes",
     LABEL: "int64",
     LABEL_TEXT: "bytes",
+    IMAGE_PHASH: "int64",
 }
+# Keys that shards written before them lack, with what a reader assumes then. Adding a
+# key with a default keeps SCHEMA_VERSION: every older folder still reads.
+OPTIONAL_DEFAULTS = {IMAGE_SHA256: "", IMAGE_PHASH: 0}
 
 # What training reads of each record; parsing only these is measurably cheaper (bench/).
 TRAINING_KEYS = (IMAGE_ENCODED, LABEL)
@@ -103,6 +110,7 @@ def encode_example(
     sha256: str,
     label: int,
     label_text: str,
+    phash: int = 0,
 ) -> bytes:
     """Serialise one image record. Keyword-only so a swapped height/width cannot slip by."""
     if image_format not in STORED_FORMATS:
@@ -117,5 +125,6 @@ def encode_example(
             IMAGE_SHA256: sha256.encode(),
             LABEL: label,
             LABEL_TEXT: label_text.encode("utf-8"),
+            IMAGE_PHASH: phash - (1 << 64) if phash >= 1 << 63 else phash,
         }
     )

@@ -3,11 +3,14 @@
 <output>/_config.json                  the job's parameters, written when it starts
 <output>/_SUCCESS                      written last; readers trust nothing without it
 <output>/metadata.json                 schema version, label map, every shard's size
-                                       and sha256 (see beam_jobs/output.py)
+                                       and sha256 (see beam_jobs/output.py), and the
+                                       data's statistics (shardspec/statistics.py)
 <output>/{split}-{i:05d}-of-{n:05d}.tfrecord[.gz]
 <output>/errors/                       dead letters, one JSON object per line
-<output>/copies/                       images stored more than once (same bytes), one
-                                       JSON object per content
+<output>/copies/                       copies-*.jsonl: images stored more than once
+                                       (same bytes), one JSON object per content, kind
+                                       exact; near-*.jsonl: groups of near-copies (pHash
+                                       within --near-duplicate-distance), kind near
 """
 
 from __future__ import annotations

@@ -25,13 +25,14 @@ from shardspec.example import (  # noqa: F401  (the contract, re-exported for tr
     LABEL,
     LABEL_TEXT,
     MAX_PIXELS,
+    OPTIONAL_DEFAULTS,
     SCHEMA_VERSION,
     TRAINING_KEYS,
 )
 
 _DTYPES = {"bytes": tf.string, "int64": tf.int64}
 FEATURE_SPEC = {
-    key: tf.io.FixedLenFeature([], _DTYPES[kind], default_value="" if key == IMAGE_SHA256 else None)
+    key: tf.io.FixedLenFeature([], _DTYPES[kind], default_value=OPTIONAL_DEFAULTS.get(key))
     for key, kind in FEATURE_KINDS.items()
 }
 

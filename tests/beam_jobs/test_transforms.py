@@ -100,6 +100,7 @@ def test_copies_are_found_by_content_whatever_their_names(tmp_path):
             equal_to(
                 [
                     {
+                        "kind": "exact",
                         "sha256": digest,
                         "images": [
                             {"key": "cat/one.jpg", "label": "cat", "split": "train"},

@@ -34,6 +34,7 @@ record_values = st.fixed_dictionaries(
         "sha256": st.text("0123456789abcdef", min_size=64, max_size=64),
         "label": st.integers(-(2**63), 2**63 - 1),
         "label_text": st.text(max_size=30),
+        "phash": st.integers(0, 2**64 - 1),
     }
 )
 
@@ -51,6 +52,8 @@ def test_encode_example_is_byte_identical_to_tensorflow(values):
             spec.IMAGE_SHA256: values["sha256"].encode(),
             spec.LABEL: values["label"],
             spec.LABEL_TEXT: values["label_text"].encode(),
+            # Unsigned 64 bits in an int64 feature: the same bits, read back signed.
+            spec.IMAGE_PHASH: values["phash"] - (values["phash"] >= 2**63) * 2**64,
         }
     )
     assert spec.encode_example(**values) == expected

@@ -1,0 +1,157 @@
+"""A 64-bit perceptual hash per image, and near-duplicate search without comparing all pairs.
+
+The hash is pHash (the DCT hash of `imagehash.phash`, its usual reference): the image in
+grey, area-averaged to 32x32, its 2-D DCT-II, the 8x8 lowest frequencies, one bit per
+coefficient above their median. Resizing, re-encoding, small crops and colour jitter move
+few bits; unrelated images differ in about half. It is written here over Pillow and NumPy
+(what the workers already have) rather than taken from `imagehash`, which would add SciPy
+and PyWavelets to every Beam worker for twenty lines.
+
+Search: two hashes within Hamming distance `d` agree exactly on at least one of `d + 1`
+disjoint bands of their bits (pigeonhole), so hashes are grouped by (band, value) and only
+hashes sharing a bucket are compared: all pairs within `d` are found, and a bucket holds
+about n / 2**(64 / (d + 1)) hashes rather than n.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+# NumPy and Pillow are imported where used: beam_jobs.config (and through it the DAG's
+# Params, at parse time) reads the constants below.
+
+HASH_SIZE = 8  # 8x8 low frequencies: 64 bits
+_SIDE = 32  # the grey image the DCT runs over (imagehash's highfreq_factor 4)
+# Distances at or below this are one image. Measured (tests/beam_jobs/test_perceptual_hash.py
+# holds the cases): copies resized to a quarter 0-4, re-encoded at JPEG quality 60 0-2,
+# colour-jittered 0-2, cropped by 2 % a side 0-8 (a photo: 4), by 5 % up to 16 (not found);
+# distinct photo tiles 18 and more apart. The synthetic sample shapes, flat colour on noise,
+# look alike at 32x32 grey: 13 % of them have another within 6 (docs/stages.md).
+DEFAULT_MAX_DISTANCE = 6
+MAX_DISTANCE_LIMIT = 15  # 16 bands of 4 bits: past this every bucket is most of the data
+# A group of copies is a few versions of one image. Past this many members the images are
+# alike, not copies (flat synthetic shapes, documents, product shots on white chain into
+# one component of thousands at 6 bits): such a group is reported as look-alikes, not
+# listed image by image, not kept in one split, and not counted as leaks.
+MAX_GROUP_SIZE = 64
+
+
+@cache
+def _dct_matrix(n: int):
+    """Unnormalised DCT-II as a matrix (scipy.fftpack.dct's scale: 2 cos(...))."""
+    import numpy as np
+
+    k = np.arange(n)[:, None]
+    i = np.arange(n)[None, :]
+    return 2.0 * np.cos(np.pi * k * (2 * i + 1) / (2 * n))
+
+
+def phash(image) -> int:
+    """A PIL image's 64-bit pHash as an unsigned int (bit 63: the first coefficient).
+
+    Grey, then an area average (box filter) down to 32x32: as good a low-pass before a DCT
+    that keeps 8 of 32 frequencies as Lanczos, at half its cost on the job's hot path.
+    Pillow's faster integer `reduce` first (reducing_gap) was measured and not taken: its
+    pixel grid moves with a crop, and 2 %-cropped copies drifted up to 12 bits. Only the DCT
+    rows that reach the 8x8 corner are computed."""
+    import numpy as np
+    from PIL import Image
+
+    low_rows = _dct_matrix(_SIDE)[:HASH_SIZE]
+    grey = image.convert("L").resize((_SIDE, _SIDE), Image.Resampling.BOX)
+    low = low_rows @ np.asarray(grey, dtype=np.float64) @ low_rows.T
+    bits = (low > np.median(low)).ravel()
+    return int.from_bytes(np.packbits(bits).tobytes(), "big")
+
+
+def to_int64(value: int) -> int:
+    """An unsigned 64-bit hash as the signed int64 a TFRecord feature holds."""
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def from_int64(value: int) -> int:
+    return value & ((1 << 64) - 1)
+
+
+def distance(a: int, b: int) -> int:
+    return (a ^ b).bit_count()
+
+
+def bands(value: int, max_distance: int) -> list[tuple[int, int]]:
+    """(band index, band value) of `max_distance + 1` disjoint bands covering the bits."""
+    count = max_distance + 1
+    edges = [round(i * 64 / count) for i in range(count + 1)]
+    return [
+        (i, (value >> (64 - edges[i + 1])) & ((1 << (edges[i + 1] - edges[i])) - 1))
+        for i in range(count)
+    ]
+
+
+def band_values(values, max_distance: int, index: int):
+    """Band `index` of every hash in a uint64 array (what `bands` gives for one int)."""
+    import numpy as np
+
+    count = max_distance + 1
+    low, high = round(index * 64 / count), round((index + 1) * 64 / count)
+    return (values >> np.uint64(64 - high)) & np.uint64((1 << (high - low)) - 1)
+
+
+def close_pairs(hashes, max_distance: int, band_index: int | None = None) -> list[tuple[int, int]]:
+    """Index pairs (i < j) of `hashes` (ints, or a uint64 array) within `max_distance`:
+    one bucket's comparisons, vectorised. With `band_index` (the band the bucket shares),
+    only pairs that agree on no earlier band: every close pair is then found in exactly
+    one bucket, its first."""
+    if len(hashes) < 2:
+        return []
+    import numpy as np
+
+    values = np.asarray(hashes, dtype=np.uint64)
+    earlier = [band_values(values, max_distance, k) for k in range(band_index or 0)]
+    pairs = []
+    n, block = len(values), 256  # rows a step: a 256 x n matrix, not n x n
+    columns = np.arange(n)
+    for start in range(0, n - 1, block):
+        rows = slice(start, min(start + block, n - 1))
+        near = np.bitwise_count(values[rows, None] ^ values[None, :]) <= max_distance
+        near &= columns[None, :] > columns[rows, None]  # each pair once, i < j
+        for band in earlier:
+            near &= band[rows, None] != band[None, :]
+        i, j = np.nonzero(near)
+        pairs.extend(zip((i + start).tolist(), j.tolist(), strict=True))
+    return pairs
+
+
+def bucket_edges(values, band_index: int, max_distance: int) -> list[tuple[int, int]]:
+    """One bucket's edges as index pairs into `values` (uint64, sorted ascending): equal
+    hashes chained (in band 0 only: they share every band), and one representative of
+    each hash paired with those of the close hashes whose first shared band this is."""
+    import numpy as np
+
+    unique, first = np.unique(values, return_index=True)
+    edges = []
+    if band_index == 0:
+        same = np.flatnonzero(values[1:] == values[:-1])
+        edges += [(int(i), int(i) + 1) for i in same]
+    for i, j in close_pairs(unique, max_distance, band_index):
+        edges.append((int(first[i]), int(first[j])))
+    return edges
+
+
+def groups(pairs: list[tuple[str, str]]) -> list[list[str]]:
+    """Connected components of the pairs' members, each sorted, in order of first member."""
+    parent: dict[str, str] = {}
+
+    def root(x: str) -> str:
+        while parent.setdefault(x, x) != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for a, b in pairs:
+        ra, rb = root(a), root(b)
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+    members: dict[str, list[str]] = {}
+    for x in parent:
+        members.setdefault(root(x), []).append(x)
+    return sorted(sorted(m) for m in members.values())
