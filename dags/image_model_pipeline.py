@@ -1,6 +1,7 @@
 """image_model_pipeline: raw images -> TFRecord shards -> multi-worker training -> blessed publish.
 
-check_params -> shard_images -> validate_shards -> train -> evaluate -> approve_publish -> publish
+check_params -> shard_images -> validate_shards -> check_data -> train -> evaluate
+    -> approve_publish -> publish
 
 Wiring only: each task calls a library function in orchestration/, beam_jobs/ or training/.
 Nothing heavy (TensorFlow, Beam) is imported at parse time. Every run writes
@@ -150,6 +151,22 @@ def image_model_pipeline():
         except ShardValidationError as err:
             raise AirflowFailException(str(err)) from None  # retrying cannot fix the data
 
+    @task(execution_timeout=dt.timedelta(minutes=15))
+    def check_data() -> dict:
+        """This run's data against what the serving model was trained on (data_checks)."""
+        from datacheck.run import DataCheckError
+        from orchestration.check_data import DataChecksFailed, check_data_task
+
+        context = get_current_context()
+        params = context["params"]
+        try:
+            return check_data_task(params, _paths(params, context["run_id"]))
+        except DataChecksFailed as err:
+            _note(context, not_published=str(err))
+            raise AirflowFailException(str(err)) from None  # the data needs a person
+        except DataCheckError as err:
+            raise AirflowFailException(str(err)) from None
+
     train = TrainModelOperator(
         task_id="train",
         shards_dir="{{ ti.xcom_pull(task_ids='validate_shards')['shards_dir'] }}",
@@ -218,7 +235,7 @@ def image_model_pipeline():
 
     validated = validate_shards()
     check_params() >> shard_images >> validated
-    validated >> train
+    validated >> check_data() >> train
     evaluated = evaluate(train.output)
     approve = PublishApprovalOperator(
         task_id="approve_publish",

@@ -13,6 +13,7 @@ COPY shardspec shardspec
 COPY runspec runspec
 COPY stageconfig stageconfig
 COPY orchestration orchestration
+COPY datacheck datacheck
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
 FROM apache/airflow:3.3.2-python3.11

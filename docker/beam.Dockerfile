@@ -11,6 +11,7 @@ COPY training training
 COPY shardspec shardspec
 COPY stageconfig stageconfig
 COPY orchestration orchestration
+COPY datacheck datacheck
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
 # Same Beam and Python versions as constraints.txt, or the job fails at submission.

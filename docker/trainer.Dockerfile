@@ -11,6 +11,7 @@ COPY shardspec shardspec
 COPY runspec runspec
 COPY stageconfig stageconfig
 COPY orchestration orchestration
+COPY datacheck datacheck
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
 FROM python:3.11.7-slim-bookworm

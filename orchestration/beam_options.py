@@ -25,12 +25,20 @@ def shard_job_options(params: Mapping, shards_dir: str, cache_dir: str | None = 
         "max-error-fraction": params["max_error_fraction"],
         "min-shards": params["num_workers"],
     }
+    if params.get("near_duplicate_distance") is not None:
+        job["near-duplicate-distance"] = params["near_duplicate_distance"]
     if params.get("force_reshard"):
         job["force-reshard"] = True
+    if params.get("leak_free_splits"):
+        job["leak-free-splits"] = True
     if cache_dir:
         job["cache-dir"] = cache_dir
     extra = dict(params.get("beam_options") or {})
-    clash = sorted(k for k in extra if _key(k) in {*job, "runner", "force-reshard", "cache-dir"})
+    clash = sorted(
+        k
+        for k in extra
+        if _key(k) in {*job, "runner", "force-reshard", "leak-free-splits", "cache-dir"}
+    )
     if clash:
         raise ValueError(
             f"beam_options may not set {clash}: the run sets them from its parameters "

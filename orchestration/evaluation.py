@@ -107,5 +107,6 @@ def evaluate_and_bless(
         else None,
         "verdict": verdict,
         "model_dir": model_dir,
+        "shards_dir": paths.shards,  # what the next run's data checks compare with
         "evaluation_path": paths.evaluation,
     }

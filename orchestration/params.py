@@ -16,6 +16,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from beam_jobs.config import ShardConfig
+from datacheck.config import DataCheckConfig
 from orchestration.evaluation import model_home
 from orchestration.launchers import LAUNCHERS
 from orchestration.publish import MODEL_NAME_PATTERN
@@ -29,6 +30,13 @@ STAGE_PARAMS: dict[str, tuple[type, str]] = {
     "max_side": (ShardConfig, "max_side"),
     "max_error_fraction": (ShardConfig, "max_error_fraction"),
     "force_reshard": (ShardConfig, "force_reshard"),
+    "near_duplicate_distance": (ShardConfig, "near_duplicate_distance"),
+    "leak_free_splits": (ShardConfig, "leak_free_splits"),
+    "data_checks": (DataCheckConfig, "data_checks"),
+    "max_label_shift": (DataCheckConfig, "max_label_shift"),
+    "max_size_drift": (DataCheckConfig, "max_size_drift"),
+    "max_error_share_rise": (DataCheckConfig, "max_error_share_rise"),
+    "max_image_drop": (DataCheckConfig, "max_image_drop"),
     "architecture": (TrainConfig, "architecture"),
     "image_size": (TrainConfig, "image_size"),
     "epochs": (TrainConfig, "epochs"),
@@ -38,6 +46,7 @@ STAGE_PARAMS: dict[str, tuple[type, str]] = {
     "freeze_epochs": (TrainConfig, "freeze_epochs"),
     "num_workers": (LaunchConfig, "num_workers"),
 }
+DATA_CHECK_PARAMS = tuple(n for n, (cls, _) in STAGE_PARAMS.items() if cls is DataCheckConfig)
 TRAIN_FLAGS = tuple(name for name, (cls, _) in STAGE_PARAMS.items() if cls is TrainConfig)
 
 BEAM_RUNNERS = ("DirectRunner", "DataflowRunner", "FlinkRunner", "SparkRunner")
@@ -193,6 +202,9 @@ def dag_params(*, input_uri: str, output_root: str, model_root: str) -> dict[str
         "max_side": stage("max_side"),
         "max_error_fraction": stage("max_error_fraction"),
         "force_reshard": stage("force_reshard", section="Data"),
+        "near_duplicate_distance": stage("near_duplicate_distance"),
+        "leak_free_splits": stage("leak_free_splits"),
+        **{name: stage(name) for name in DATA_CHECK_PARAMS},
         "architecture": stage("architecture"),
         "image_size": stage("image_size"),
         "epochs": stage("epochs"),

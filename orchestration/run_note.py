@@ -48,6 +48,7 @@ def run_note(
     not_published: str | None,
     data: dict | None,
     run_root: str,
+    data_check: dict | None = None,
 ) -> str:
     """A few lines of Markdown: the outcome first, then the numbers behind it."""
     if published:
@@ -73,6 +74,9 @@ def run_note(
             f"trained on {splits.get('train', '?')} images of {data.get('num_classes', '?')} "
             f"classes ({data.get('num_records', '?')} images in all splits)"
         )
+    if data_check and data_check.get("status") != "off":
+        line = data_check["line"]
+        lines.append(line if len(line) <= 300 else line[:299] + "…")
     lines.append(f"evaluation and plots: {posixpath.join(run_root, '')}")
     note = "\n\n".join(lines)
     return note if len(note) <= MAX_NOTE else note[: MAX_NOTE - 1] + "…"
@@ -154,6 +158,7 @@ def note_this_run(context, *, evaluated=None, published=None, not_published=None
         not_published=not_published,
         data=context["ti"].xcom_pull(task_ids="validate_shards"),
         run_root=paths.root,
+        data_check=context["ti"].xcom_pull(task_ids="check_data"),
     )
     print(note)
     print(set_run_note(context["dag"].dag_id, run_id, note))

@@ -39,6 +39,11 @@ class RunPaths:
         return posixpath.join(self.root, "shards")
 
     @property
+    def data_check(self) -> str:
+        """The check_data task's report and plot (datacheck.run)."""
+        return posixpath.join(self.root, "data_check")
+
+    @property
     def train(self) -> str:
         return posixpath.join(self.root, "train")
 

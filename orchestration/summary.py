@@ -15,7 +15,9 @@ from pathlib import Path
 
 import fsspec
 
+from datacheck.run import PLOT, REPORT
 from orchestration.publish import LATEST, PUBLISH_RECORD, latest_version
+from orchestration.runs import RunPaths
 from runspec.layout import CONFUSION, CURVES, EVALUATION, METRICS, TENSORBOARD
 from runspec.record import RunFolderError, RunRecord, read_json
 from stageconfig import user_path
@@ -90,7 +92,23 @@ def summary(model_root: str, model_name: str) -> str:
         advice = (run.input_diagnosis if run else {}).get("advice")
         if advice:
             lines.append(f"input: {advice}")
+        lines += _data_check_lines(run_dir)
     return "\n".join(lines)
+
+
+def _data_check_lines(run_dir: str) -> list[str]:
+    """The run's data verdict (check_data's report), with its anomalies one per line."""
+    folder = RunPaths(run_dir).data_check
+    report = read_json(posixpath.join(folder, REPORT))
+    if not report:
+        return []
+    if not report["anomalies"]:
+        return [report["line"]]
+    return [
+        f"data: {len(report['anomalies'])} anomalies against {report['baseline']} "
+        f"(data_checks={report['mode']}; plot {posixpath.join(folder, PLOT)}):",
+        *(f"  {a['kind']}: {a['message']}" for a in report["anomalies"]),
+    ]
 
 
 def _run_files(run_dir: str, train_dir: str) -> list[str]:

@@ -18,6 +18,9 @@ BAD_INPUT = 2
 # terminal gets one line naming the stage and the log holding the traceback; a retry may
 # help.
 JOB_FAILED = 3
+# The data checks (datacheck, with data_checks=fail) found anomalies against the data the
+# serving model was trained on: a person decides; the same data gives the same answer.
+DATA_ANOMALIES = 4
 # Training only: every worker saved a checkpoint at the same step and stopped (EX_TEMPFAIL,
 # "try again later"); the same command resumes it.
 PREEMPTED = 75
@@ -26,7 +29,7 @@ PREEMPTED = 75
 INTERRUPTED = 130
 
 # Codes that a retry cannot change: the task fails at once.
-FINAL = frozenset({TOO_MANY_REJECTED, BAD_INPUT})
+FINAL = frozenset({TOO_MANY_REJECTED, BAD_INPUT, DATA_ANOMALIES})
 
 
 def is_final(code: int) -> bool:

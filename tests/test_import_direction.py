@@ -14,6 +14,7 @@ FIRST_PARTY = {
     "runspec",
     "stageconfig",
     "beam_jobs",
+    "datacheck",
     "training",
     "orchestration",
     "dags",
@@ -24,6 +25,7 @@ FORBIDDEN = {
     "runspec": HEAVY | FIRST_PARTY - {"runspec"},
     "stageconfig": HEAVY | FIRST_PARTY - {"stageconfig"},
     "beam_jobs": {"tensorflow", "keras", "airflow", "training", "orchestration", "dags"},
+    "datacheck": HEAVY | {"beam_jobs", "training", "orchestration", "dags"},
     "training": {"apache_beam", "airflow", "beam_jobs", "orchestration", "dags"},
     "orchestration": {"dags"},
 }

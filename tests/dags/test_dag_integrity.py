@@ -40,7 +40,8 @@ def test_tasks_and_dependencies_are_as_documented(parsed):
     assert parsed["tasks"] == {
         "check_params": ["shard_images"],
         "shard_images": ["validate_shards"],
-        "validate_shards": ["train"],
+        "validate_shards": ["check_data"],
+        "check_data": ["train"],
         "train": ["evaluate"],
         "evaluate": ["approve_publish", "publish"],  # publish reads evaluate's XCom
         "approve_publish": ["publish"],
@@ -62,6 +63,7 @@ def test_scheduling_retries_and_timeouts(parsed):
     assert parsed["schedule"] == "@daily"
     assert parsed["catchup"] is False and parsed["max_active_runs"] == 1
     assert parsed["retries"]["train"] >= 1 and parsed["retries"]["validate_shards"] == 0
+    assert parsed["retries"]["check_data"] == 0  # the same data gives the same answer
     # The approval waits for a person: its limit is the operator's response_timeout (7 days).
     assert all(seconds for task, seconds in parsed["timeouts"].items() if task != "approve_publish")
 

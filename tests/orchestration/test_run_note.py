@@ -56,6 +56,26 @@ def test_a_published_run_names_its_version_and_the_note_fits_the_api():
     assert len(note) <= run_note.MAX_NOTE
 
 
+def test_the_data_verdict_is_on_the_runs_page():
+    """check_data's line (its XCom) is in the note; `off` adds nothing."""
+    verdict = {"status": "anomalies", "line": "data: 1 anomaly against /s: 1 new label(s): 'owl'"}
+    kwargs = dict(model_name="shapes", evaluation=None, data=None, run_root="/r")
+    note = run_note.run_note(
+        published={"version": 2}, not_published=None, data_check=verdict, **kwargs
+    )
+    assert note.split("\n\n")[1] == verdict["line"]
+    stopped = run_note.run_note(
+        published=None,
+        not_published="data checks failed (data_checks=fail): labels_added: 1 new label(s)",
+        data_check={**verdict, "status": "failed"},
+        **kwargs,
+    )
+    assert stopped.startswith("**shapes: not published** (data checks failed")
+    off_verdict = {"status": "off", "line": "data checks off"}
+    off = run_note.run_note(published=None, not_published=None, data_check=off_verdict, **kwargs)
+    assert "data checks off" not in off
+
+
 class _Api(BaseHTTPRequestHandler):
     seen: list = []
 

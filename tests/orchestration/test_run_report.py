@@ -68,6 +68,22 @@ def test_summary_names_the_model_its_classes_and_where_things_are(tmp_path):
     assert f"TensorBoard: {command} --logdir {run / 'train' / 'tensorboard'}" in text
     assert os.path.exists(command.split()[0])  # not a bare `tensorboard` off the PATH
     assert "input: compute-bound" in text
+    assert "data:" not in text  # no data check report in this run folder
+
+    (run / "data_check").mkdir()
+    report = {
+        "status": "anomalies",
+        "mode": "warn",
+        "line": "unused when there are anomalies",
+        "baseline": "/old/shards",
+        "anomalies": [{"kind": "fewer_images", "message": "500 images stored, 50% fewer"}],
+    }
+    (run / "data_check" / "data_check.json").write_text(json.dumps(report))
+    text = summary.summary(str(tmp_path / "models"), "shapes")
+    assert (
+        f"data: 1 anomalies against /old/shards (data_checks=warn; plot "
+        f"{run / 'data_check' / 'data_check.png'}):\n  fewer_images: 500 images stored" in text
+    )
 
 
 def test_summary_of_a_model_trained_and_published_by_hand(tmp_path):
