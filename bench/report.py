@@ -166,6 +166,17 @@ def rows(results: dict) -> list[tuple[str, str, str]]:
              f"ratio_warm_vs_cold_accuracy {r['ratio_warm_vs_cold_accuracy']:.2f}, "
              f"ratio_warm_vs_cold_seconds {r['ratio_warm_vs_cold_seconds']:.2f}")
         )  # fmt: skip
+    if "data_statistics" in results:
+        r = results["data_statistics"]
+        seconds, p = r["seconds"], r["params"]
+        out.append(
+            (f"sharding job with data statistics and perceptual hashes vs without, "
+             f"{p['images']:,} images on 2 worker threads (s)",
+             f"{seconds['with']['median']:.1f} (±{seconds['with']['spread'] / 2:.0%}) vs "
+             f"{seconds['without']['median']:.1f} (±{seconds['without']['spread'] / 2:.0%})",
+             f"ratio_with_vs_without_seconds {r['ratio_with_vs_without_seconds']:.2f} "
+             "(goal at most 1.15)")
+        )  # fmt: skip
     return out
 
 
@@ -211,7 +222,15 @@ def load(results_dir: Path) -> dict:
     return {
         p.stem: json.loads(p.read_text())
         for p in sorted(results_dir.glob("*.json"))
-        if p.stem in ("input_pipeline", "sharding", "training", "orchestration", "warm_start")
+        if p.stem
+        in (
+            "input_pipeline",
+            "sharding",
+            "training",
+            "orchestration",
+            "warm_start",
+            "data_statistics",
+        )
     }
 
 

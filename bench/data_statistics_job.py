@@ -1,0 +1,41 @@
+"""`python -m bench.data_statistics_job with|without ARGS...`: the sharding job's CLI, as
+is (`with`) or with its data statistics and perceptual hashing taken out (`without`: what
+the job did before issue #27), for bench/data_statistics.py to time side by side.
+
+The switch lives here, not in the job: `without` replaces the pHash with a constant, the
+per-image statistics with nothing and the near-copy search with an empty transform. The
+patches reach Beam's workers only when they share this process, so the bench runs both
+variants on worker threads (`--direct_running_mode=multi_threading`).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import apache_beam as beam
+
+
+class _NoNearCopies(beam.PTransform):
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+
+    def expand(self, hashes):
+        return hashes | "Nothing" >> beam.Filter(lambda _: False)
+
+
+def main(argv: list[str]) -> int:
+    variant, job_args = argv[0], argv[1:]
+    from beam_jobs import images, shard_images, transforms
+
+    if variant == "without":
+        images.phash = lambda image: 0
+        transforms.ImageStatistics.add = lambda self, **kwargs: None
+        shard_images.FindNearCopies = _NoNearCopies
+    elif variant != "with":
+        raise SystemExit(f"variant must be with or without, not {variant!r}")
+    shard_images.configure_logging()
+    return shard_images.run(job_args)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
