@@ -90,6 +90,7 @@ def test_dataflow_runner_gets_exactly_the_params_options(captured):
         "max-side": 512,
         "max-error-fraction": 0.05,
         "min-shards": 3,
+        "near-duplicate-distance": 6,  # the Param's default, passed as every Param is
         "cache-dir": "gs://acme-pipeline/shard_cache",  # runs reuse unchanged shards
         **BEAM_OPTIONS,
     }
