@@ -15,6 +15,7 @@ import fsspec
 from datacheck.checks import compare
 from datacheck.config import DataCheckConfig
 from datacheck.plot import draw
+from runspec.record import RunFolderError, read_json
 from shardspec.layout import METADATA
 from shardspec.statistics import DatasetStatistics, StatisticsError, read_statistics
 
@@ -27,14 +28,10 @@ class DataCheckError(ValueError):
 
 
 def _metadata(folder: str) -> dict | None:
-    path = posixpath.join(folder.rstrip("/"), METADATA)
     try:
-        with fsspec.open(path, "rb") as handle:
-            return json.loads(handle.read())
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as err:
-        raise DataCheckError(f"{path}: unreadable: {type(err).__name__}: {err}") from None
+        return read_json(posixpath.join(folder.rstrip("/"), METADATA))
+    except RunFolderError as err:
+        raise DataCheckError(str(err)) from None
 
 
 def folder_statistics(folder: str) -> DatasetStatistics | None:
