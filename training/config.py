@@ -229,6 +229,23 @@ class TrainConfig:
         section="Training",
         tags=(RESUME,),
     )
+    jit_compile: bool = param(
+        False,
+        help="Compile each replica's training step with XLA (fuses the step's ops; "
+        "helps most on GPUs)",
+        section="Training",
+    )
+    cpu_devices: int = param(
+        1,
+        minimum=1,
+        maximum=64,
+        help="Split this worker's CPU into N logical devices and train one replica on each "
+        "(MirroredStrategy; with several workers, N replicas a worker): the layout of a "
+        "multi-GPU worker, for trying the multi-device path without GPUs. The global batch "
+        "is --per-replica-batch-size x workers x N",
+        section="Training",
+        tags=(RESUME,),
+    )
     steps_per_epoch: int = param(
         0,
         minimum=0,
@@ -308,6 +325,12 @@ class TrainConfig:
         if self.freeze_epochs > self.epochs:
             raise ConfigError(
                 f"--freeze-epochs {self.freeze_epochs} is more than --epochs {self.epochs}"
+            )
+        if self.jit_compile and self.cpu_devices > 1:
+            raise ConfigError(
+                "--jit-compile with --cpu-devices > 1: XLA compiles a CPU function for the "
+                "first CPU device only, and the other replicas' weights live on the others "
+                "(tensorflow.org/xla/known_issues); use one of them"
             )
         if self.architecture != "small_cnn" and self.input.image_size < 32:
             raise ConfigError(f"{self.architecture} needs --image-size >= 32")

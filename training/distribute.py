@@ -66,22 +66,27 @@ def cluster_from_env(environ: dict | None = None) -> ClusterInfo:
     )
 
 
-def make_strategy(cluster: ClusterInfo) -> tf.distribute.Strategy:
-    """MultiWorkerMirrored for a cluster, Mirrored over several local GPUs, else default.
+def make_strategy(cluster: ClusterInfo, cpu_devices: int = 1) -> tf.distribute.Strategy:
+    """MultiWorkerMirrored for a cluster, Mirrored over several local devices, else default.
 
-    Must run before any other TensorFlow op: MultiWorkerMirroredStrategy
-    configures the runtime's collectives at construction.
+    Must run before any other TensorFlow op: MultiWorkerMirroredStrategy configures the
+    runtime's collectives at construction, and `cpu_devices` > 1 splits the CPU into
+    that many logical devices, which only an uninitialised runtime accepts.
     """
+    if cpu_devices > 1:
+        split_cpu(cpu_devices)
     if cluster.multi_worker:
         communication = tf.distribute.experimental.CommunicationImplementation.AUTO
-        strategy = tf.distribute.MultiWorkerMirroredStrategy(
-            cluster_resolver=_trainers_only(cluster),
-            communication_options=tf.distribute.experimental.CommunicationOptions(
-                implementation=communication
-            ),
-        )
-    elif len(tf.config.list_physical_devices("GPU")) > 1:
-        strategy = tf.distribute.MirroredStrategy()
+        options = tf.distribute.experimental.CommunicationOptions(implementation=communication)
+        resolver = _trainers_only(cluster)
+        if cpu_devices > 1:
+            strategy = _multi_worker_on_cpu_devices(resolver, options, cpu_devices)
+        else:
+            strategy = tf.distribute.MultiWorkerMirroredStrategy(
+                cluster_resolver=resolver, communication_options=options
+            )
+    elif len(devices := local_devices()) > 1:
+        strategy = tf.distribute.MirroredStrategy(devices=devices)
     else:
         strategy = tf.distribute.get_strategy()
     log.info(
@@ -91,6 +96,43 @@ def make_strategy(cluster: ClusterInfo) -> tf.distribute.Strategy:
         strategy.num_replicas_in_sync,
     )
     return strategy
+
+
+def split_cpu(count: int) -> None:
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(
+        cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(count)]
+    )
+
+
+def local_devices() -> list[str]:
+    """The devices a one-worker run trains a replica on: its GPUs, else its logical CPUs
+    (one unless `split_cpu` made more)."""
+    gpus = tf.config.list_logical_devices("GPU")
+    return [d.name for d in gpus or tf.config.list_logical_devices("CPU")]
+
+
+def _multi_worker_on_cpu_devices(resolver, options, count: int) -> tf.distribute.Strategy:
+    """MultiWorkerMirroredStrategy with `count` CPU replicas a worker: the layout of
+    multi-GPU workers, on machines without GPUs. TensorFlow gives a CPU worker one
+    replica whatever its logical devices (CollectiveAllReduceExtended.
+    _initialize_local_devices counts GPUs and TPUs only); this strategy's local devices
+    are its CPUs instead, and everything else (collectives, input, checkpoints) is the
+    strategy's own, as it is with GPUs."""
+    from tensorflow.python.distribute import collective_all_reduce_strategy as collective
+
+    class _Extended(collective.CollectiveAllReduceExtended):
+        def _initialize_local_devices(self, cluster_resolver, worker_device):
+            names = tuple(f"{worker_device}/device:CPU:{i}" for i in range(count))
+            return names, "CPU"
+
+    class MultiWorkerMirroredOnCpuDevices(collective.CollectiveAllReduceStrategy):
+        def __init__(self):
+            resolver_ = resolver or tf.distribute.cluster_resolver.TFConfigClusterResolver()
+            extended = _Extended(self, cluster_resolver=resolver_, communication_options=options)
+            tf.distribute.Strategy.__init__(self, extended)
+
+    return MultiWorkerMirroredOnCpuDevices()
 
 
 def _trainers_only(cluster: ClusterInfo):

@@ -129,6 +129,9 @@ class ImageTask:
         averaged = self.config.batch_norm == "local" and strategy.num_replicas_in_sync > 1
         statistics = moving_statistics(model) if averaged else []
 
+        if self.config.jit_compile:
+            replica_step = tf.function(replica_step, jit_compile=True)
+
         @tf.function
         def train_steps(iterator, num_steps):
             for _ in tf.range(num_steps):
@@ -215,7 +218,24 @@ class ImageTask:
 
     def weights_fingerprint(self) -> str:
         """sha256 over all weights: equal on every worker when replicas stayed in sync."""
-        digest = hashlib.sha256()
-        for weight in self.model.get_weights():
-            digest.update(weight.tobytes())
-        return digest.hexdigest()[:16]
+        return _fingerprint(self.model.get_weights())
+
+    def replica_fingerprints(self) -> list[str]:
+        """weights_fingerprint of each of this worker's replicas' own copies of the
+        weights (a mirrored variable holds one per device): all equal when the local
+        replicas stayed in sync."""
+        per_variable = [
+            self.strategy.experimental_local_results(getattr(v, "value", v))
+            for v in self.model.weights
+        ]
+        return [
+            _fingerprint([copies[i].numpy() for copies in per_variable])
+            for i in range(len(per_variable[0]))
+        ]
+
+
+def _fingerprint(weights) -> str:
+    digest = hashlib.sha256()
+    for weight in weights:
+        digest.update(weight.tobytes())
+    return digest.hexdigest()[:16]

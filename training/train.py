@@ -89,7 +89,7 @@ def run(config: train_config.TrainConfig) -> int:
         print(f"error: {err}", file=sys.stderr)
         return exit_codes.BAD_INPUT
     # The strategy first: MultiWorkerMirroredStrategy must exist before other TF ops.
-    strategy = make_strategy(cluster)
+    strategy = make_strategy(cluster, config.cpu_devices)
     try:
         shard_set = ShardSet.open(config.data)
         trainer = Trainer(config, cluster, strategy, shard_set)
@@ -159,7 +159,12 @@ def run(config: train_config.TrainConfig) -> int:
             file=sys.stderr,
         )
         return exit_codes.BAD_INPUT
-    log.info("%s: final weights fingerprint %s", cluster.name, trainer.task.weights_fingerprint())
+    log.info(
+        "%s: final weights fingerprint %s (local replicas: %s)",
+        cluster.name,
+        trainer.task.weights_fingerprint(),
+        " ".join(trainer.task.replica_fingerprints()),
+    )
     if advice := trainer.diagnosis.report.get("advice"):
         log.info("input diagnosis: %s", advice)
     started = time.monotonic()
