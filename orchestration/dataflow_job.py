@@ -11,6 +11,12 @@ was cancelled. The job's name is also fixed per DAG run
 and Dataflow refuses a second active job of the same name in a region, which
 closes the moment between launching and storing the id.
 
+With `deferrable` (the default) the wait for a Dataflow job happens in the triggerer
+(the Google provider's DataflowJobStatusTrigger) and holds no worker slot; the id is
+stored before the task defers, so the reconnecting above holds for the second half too.
+Beam's own `deferrable` is not used: for the runners below it would run the pipeline
+inside the triggerer.
+
 Other runners run inside the task's own process and have nothing to reattach
 to: for them this is Beam's operator, with the job's exit code honoured
 (stageconfig/exit_codes.py): a job that exits 1 (too many inputs rejected) or
@@ -30,7 +36,7 @@ from airflow.providers.google.cloud.operators.dataflow import DataflowConfigurat
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from orchestration import lineage
-from orchestration.resumable import RerunnableJobMixin
+from orchestration.resumable import RerunnableJobMixin, default_deferrable
 from stageconfig import exit_codes
 
 # How Beam's hook reports a pipeline process that exited non-zero.
@@ -78,6 +84,10 @@ def final_failure(err: Exception, last_error: str) -> AirflowFailException | Non
 class ShardImagesOperator(RerunnableJobMixin, BeamRunPythonPipelineOperator):
     external_id_key = "dataflow_job_id"
 
+    def __init__(self, *, deferrable: bool | None = None, **kwargs):
+        super().__init__(deferrable=False, **kwargs)  # Beam's: see the module's docstring
+        self.wait_deferred = default_deferrable() if deferrable is None else deferrable
+
     def execute(self, context):
         try:
             result = super().execute(context)
@@ -85,10 +95,20 @@ class ShardImagesOperator(RerunnableJobMixin, BeamRunPythonPipelineOperator):
             if final := final_failure(err, getattr(self.beam_hook, "last_error", "")):
                 raise final from None
             raise
+        return self._done(result)
+
+    def execute_complete(self, context, event, external_id=None):
+        """The task's second half after the Dataflow job's wait in the triggerer."""
+        return self._done(self.result_after_trigger(context, event, external_id))
+
+    def _done(self, result):
         lineage.record(
             inputs=[self.pipeline_options["input"]], outputs=[self.pipeline_options["output"]]
         )
         return result
+
+    def job_failure(self, external_id, message: str) -> Exception:
+        return AirflowException(f"Dataflow job {external_id}: {message}")  # retried
 
     def _init_pipeline_options(self, *args, **kwargs):
         options = super()._init_pipeline_options(*args, **kwargs)
@@ -143,6 +163,20 @@ class ShardImagesOperator(RerunnableJobMixin, BeamRunPythonPipelineOperator):
             job_id=external_id,
             project_id=self.dataflow_config.project_id,
         )
+        if self.wait_deferred:
+            from airflow.providers.google.cloud.triggers.dataflow import DataflowJobStatusTrigger
+
+            self.wait_in_triggerer(
+                DataflowJobStatusTrigger(
+                    job_id=external_id,
+                    expected_statuses={DataflowJobStatus.JOB_STATE_DONE},
+                    project_id=self.dataflow_config.project_id,
+                    location=self.dataflow_config.location,
+                    gcp_conn_id=self.gcp_conn_id,
+                    poll_sleep=self.dataflow_config.poll_sleep,
+                ),
+                external_id,
+            )
         # Raises when the job fails or is cancelled.
         self.dataflow_hook.wait_for_done(
             job_name=self.dataflow_job_name,

@@ -9,11 +9,14 @@ task without retries, 75 (preempted, checkpoint saved) reschedules it without
 counting a try, anything else is an ordinary failure that Airflow retries.
 With the `vertex` launcher a retry reconnects to the CustomJob an earlier try
 submitted (its id is in the task's state store), as `ShardImagesOperator` does
-for Dataflow.
+for Dataflow; with `kubernetes` it reattaches to the Jobs named after the run.
+With `deferrable` (the default) the wait for a Vertex AI or Kubernetes training
+happens in the triggerer and holds no worker slot; `execute_complete` finishes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 from functools import cached_property
 from typing import Any
@@ -24,12 +27,14 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowRescheduleExcept
 from orchestration import lineage
 from orchestration.launchers import (
     LauncherConfigError,
+    TrainingFailed,
     TrainingJob,
     TrainingPreempted,
     TrainingRefused,
+    failure,
     launcher_options,
 )
-from orchestration.resumable import RerunnableJobMixin
+from orchestration.resumable import RerunnableJobMixin, default_deferrable
 from runspec.record import read_training_result
 
 # A preempted run starts again after this, without counting a try.
@@ -66,6 +71,7 @@ class TrainModelOperator(RerunnableJobMixin, BaseOperator):
         gcp_conn_id: str = "google_cloud_default",
         kubernetes_conn_id: str = "kubernetes_default",
         poll_interval: int = 30,
+        deferrable: bool | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -75,14 +81,39 @@ class TrainModelOperator(RerunnableJobMixin, BaseOperator):
         self.image, self.job_name, self.reuse_training = image, job_name, reuse_training
         self.gcp_conn_id, self.kubernetes_conn_id = gcp_conn_id, kubernetes_conn_id
         self.poll_interval = poll_interval
+        self.deferrable = default_deferrable() if deferrable is None else deferrable
         self.custom_job: dict = {}
 
     def execute(self, context) -> dict:
         from orchestration.reuse import discard_stale_training
 
-        job = TrainingJob(
+        job = self._job()
+        options = self._options(job)
+        if stale := discard_stale_training(job.output, job.data):
+            self.log.info("%s", stale)
+        if self.reuse_training and (reused := self._finished_run(job)):
+            return self._result(job, reused)
+        with self._outcomes():
+            self._launch(job, options, context)
+        return self._result(job, job.output)
+
+    def execute_complete(self, context, event: dict, external_id=None) -> dict:
+        """The task's second half after a wait in the triggerer."""
+        job = self._job()
+        options = self._options(job)
+        with self._outcomes():
+            if self.launcher == "kubernetes":
+                self._finish_kubernetes(job, options, event)
+            else:
+                self.result_after_trigger(context, event, external_id)
+        return self._result(job, job.output)
+
+    def _job(self) -> TrainingJob:
+        return TrainingJob(
             self.shards_dir, self.train_dir, int(self.num_workers), dict(self.train_flags)
         )
+
+    def _options(self, job: TrainingJob):
         try:
             options = launcher_options(self.launcher, self.launcher_options)
             if self.launcher == "vertex":
@@ -94,12 +125,13 @@ class TrainModelOperator(RerunnableJobMixin, BaseOperator):
                 )
         except LauncherConfigError as err:
             raise AirflowFailException(str(err)) from None  # a setting to fix, not to retry
-        if stale := discard_stale_training(job.output, job.data):
-            self.log.info("%s", stale)
-        if self.reuse_training and (reused := self._finished_run(job)):
-            return self._result(job, reused)
+        return options
+
+    @contextlib.contextmanager
+    def _outcomes(self):
+        """The trainers' exit, as what Airflow should do next."""
         try:
-            self._launch(job, options, context)
+            yield
         except TrainingRefused as err:
             raise AirflowFailException(f"{err} (not retried: fix it and clear the task)") from None
         except TrainingPreempted as err:
@@ -107,20 +139,44 @@ class TrainModelOperator(RerunnableJobMixin, BaseOperator):
             raise AirflowRescheduleException(
                 dt.datetime.now(tz=dt.UTC) + PREEMPTED_RESTART_DELAY
             ) from None
-        return self._result(job, job.output)
 
     def _launch(self, job: TrainingJob, options, context) -> None:
         if self.launcher == "kubernetes":
             from orchestration.launchers import kubernetes
 
             manifests = kubernetes.render(job, options, name=self.job_name, image=self.image)
-            kubernetes.submit(manifests, conn_id=self.kubernetes_conn_id)
+            if not self.deferrable:
+                kubernetes.submit(manifests, conn_id=self.kubernetes_conn_id)
+                return
+            if kubernetes.start_jobs(manifests, **kubernetes.clients(self.kubernetes_conn_id)):
+                return  # an earlier try's Jobs already succeeded
+            from orchestration.triggers import KubernetesJobsTrigger
+
+            jobs = [m for m in manifests if m["kind"] == "Job"]
+            self.log.info("training jobs submitted: waiting in the triggerer (no worker slot held)")
+            self.defer(
+                trigger=KubernetesJobsTrigger(
+                    jobs, conn_id=self.kubernetes_conn_id, poll_seconds=self.poll_interval
+                ),
+                method_name="execute_complete",
+            )
         elif self.launcher == "vertex":
             self.execute_resumable(context)
         else:
             from orchestration.launchers import local
 
             local.run(job, options, emit=print)
+
+    def _finish_kubernetes(self, job: TrainingJob, options, event: dict) -> None:
+        """Remove the Services (as the in-worker wait does), then the Jobs' outcome."""
+        from orchestration.launchers import kubernetes
+
+        manifests = kubernetes.render(job, options, name=self.job_name, image=self.image)
+        api = kubernetes.clients(self.kubernetes_conn_id)
+        kubernetes.remove_support(manifests, core=api["core"], batch=api["batch"], apps=api["apps"])
+        if (event or {}).get("status") != "success":
+            message, code = (event or {}).get("message", "no detail"), (event or {}).get("code")
+            raise failure(code, message) if code is not None else TrainingFailed(message)
 
     def _finished_run(self, job: TrainingJob) -> str | None:
         from orchestration.reuse import find_finished_training, shards_fingerprint
@@ -179,6 +235,19 @@ class TrainModelOperator(RerunnableJobMixin, BaseOperator):
     def poll_until_complete(self, external_id, context) -> dict:
         from orchestration.launchers.vertex import failure_from_error
 
+        if self.deferrable:
+            from airflow.providers.google.cloud.triggers.vertex_ai import CustomJobTrigger
+
+            self.wait_in_triggerer(
+                CustomJobTrigger(
+                    project_id=self.options.project,
+                    location=self.options.region,
+                    custom_job_id=external_id,
+                    gcp_conn_id=self.gcp_conn_id,
+                    poll_interval=self.poll_interval,
+                ),
+                external_id,
+            )
         try:
             self.hook.wait_for_custom_job(
                 project_id=self.options.project,
@@ -195,3 +264,8 @@ class TrainModelOperator(RerunnableJobMixin, BaseOperator):
     def get_job_result(self, external_id, context) -> dict:
         context["ti"].xcom_push(key="custom_job_id", value=external_id)
         return {"custom_job_id": external_id}
+
+    def job_failure(self, external_id, message: str) -> Exception:
+        from orchestration.launchers.vertex import failure_from_error
+
+        return failure_from_error(message)

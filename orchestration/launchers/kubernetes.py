@@ -230,18 +230,22 @@ def submit(
     manifests: list[dict], *, conn_id: str = "kubernetes_default", poll_seconds: float = 30.0
 ) -> None:
     """Run the Service and worker Jobs with the cncf.kubernetes provider's connection."""
+    run_kubernetes_jobs(manifests, **clients(conn_id), poll_seconds=poll_seconds)
+
+
+def clients(conn_id: str = "kubernetes_default") -> dict:
+    """The API clients run_kubernetes_jobs and its parts take, from the provider's
+    connection."""
     from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
     from kubernetes import client, utils
 
     api = KubernetesHook(conn_id=conn_id).get_conn()
-    run_kubernetes_jobs(
-        manifests,
-        core=client.CoreV1Api(api),
-        batch=client.BatchV1Api(api),
-        apps=client.AppsV1Api(api),
-        create=lambda manifest: utils.create_from_dict(api, manifest),
-        poll_seconds=poll_seconds,
-    )
+    return {
+        "core": client.CoreV1Api(api),
+        "batch": client.BatchV1Api(api),
+        "apps": client.AppsV1Api(api),
+        "create": lambda manifest: utils.create_from_dict(api, manifest),
+    }
 
 
 def _job_state(batch, manifest: dict) -> str:
@@ -307,17 +311,27 @@ def run_kubernetes_jobs(
     when a Job failed or is missing are they all replaced (MultiWorkerMirrored
     workers must start together), and the new ones resume from the checkpoints.
     """
+    if start_jobs(manifests, core=core, batch=batch, create=create, apps=apps):
+        return
+    try:
+        while not jobs_done(batch, manifests):
+            time.sleep(poll_seconds)
+    finally:
+        remove_support(manifests, core=core, batch=batch, apps=apps)
 
+
+def start_jobs(manifests: list[dict], *, core, batch, create, apps=None) -> bool:
+    """Submit the Jobs, or reattach to those an earlier try submitted (see
+    run_kubernetes_jobs); True when they all succeeded already (nothing to wait for)."""
     jobs = [m for m in manifests if m["kind"] == "Job"]
     names = ", ".join(m["metadata"]["name"] for m in jobs)
     states = {_job_state(batch, m) for m in jobs}
     if states == {"succeeded"}:
         log.info("training jobs already succeeded in an earlier try: %s", names)
-        return
-    reattach = states <= {"running", "succeeded"}
-    if reattach:
+        return True
+    if states <= {"running", "succeeded"}:
         log.info("reattaching to the training jobs an earlier try submitted: %s", names)
-    if reattach:  # the running pods resolve each other through the Service: keep it
+        # The running pods resolve each other through the Service: keep it.
         for manifest in manifests:
             if manifest["kind"] != "Job":
                 _create_if_absent(create, manifest)
@@ -326,25 +340,33 @@ def run_kubernetes_jobs(
             _delete(manifest, core=core, batch=batch, apps=apps)
         for manifest in manifests:
             create(manifest)
-    try:
-        while True:
-            states = [_job_state(batch, manifest) for manifest in jobs]
-            for manifest, state in zip(jobs, states, strict=True):
-                name = manifest["metadata"]["name"]
-                if state == "refused":
-                    raise TrainingRefused(
-                        f"training job {name}: a trainer exited {exit_codes.BAD_INPUT} (bad "
-                        "parameters or unusable shards; its pod's log says which)",
-                        exit_codes.BAD_INPUT,
-                    )
-                if state in ("failed", "absent"):
-                    raise TrainingFailed(f"training job {name} {state}")
-            done = states.count("succeeded")
-            if done == len(jobs):
-                return
-            log.info("training jobs: %d/%d done", done, len(jobs))
-            time.sleep(poll_seconds)
-    finally:  # the Services and the input service's Deployment; finished Jobs stay
-        for manifest in manifests:
-            if manifest["kind"] != "Job":
-                _delete(manifest, core=core, batch=batch, apps=apps)
+    return False
+
+
+def jobs_done(batch, manifests: list[dict]) -> bool:
+    """One look at the worker Jobs: True when all succeeded, False while any runs;
+    TrainingRefused (a trainer exited 2) or TrainingFailed when one failed or is gone."""
+    jobs = [m for m in manifests if m["kind"] == "Job"]
+    states = [_job_state(batch, manifest) for manifest in jobs]
+    for manifest, state in zip(jobs, states, strict=True):
+        name = manifest["metadata"]["name"]
+        if state == "refused":
+            raise TrainingRefused(
+                f"training job {name}: a trainer exited {exit_codes.BAD_INPUT} (bad "
+                "parameters or unusable shards; its pod's log says which)",
+                exit_codes.BAD_INPUT,
+            )
+        if state in ("failed", "absent"):
+            raise TrainingFailed(f"training job {name} {state}")
+    done = states.count("succeeded")
+    if done < len(jobs):
+        log.info("training jobs: %d/%d done", done, len(jobs))
+    return done == len(jobs)
+
+
+def remove_support(manifests: list[dict], *, core, batch, apps=None) -> None:
+    """The Services and the input service's Deployment; finished Jobs stay (their pods'
+    logs)."""
+    for manifest in manifests:
+        if manifest["kind"] != "Job":
+            _delete(manifest, core=core, batch=batch, apps=apps)

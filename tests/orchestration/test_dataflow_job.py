@@ -6,6 +6,7 @@ runner does) and the Dataflow API (job state, wait). The task's state store is
 the dict the task runner would hand over.
 """
 
+import asyncio
 import logging
 import sys
 from types import SimpleNamespace
@@ -14,9 +15,11 @@ import pytest
 from airflow.providers.apache.beam.hooks.beam import BeamHook
 from airflow.providers.google.cloud.hooks.dataflow import DataflowHook
 from airflow.providers.google.cloud.links.dataflow import DataflowJobLink
+from airflow.providers.google.cloud.triggers.dataflow import DataflowJobStatusTrigger
+from airflow.sdk.exceptions import TaskDeferred
 
 from orchestration.beam_options import dataflow_config, dataflow_job_name
-from orchestration.dataflow_job import ShardImagesOperator
+from orchestration.dataflow_job import ACTIVE_STATES, ShardImagesOperator
 from tests.orchestration.state_store import StateStore
 
 RUN_ID = "scheduled__2026-12-03T00:00:00+00:00"
@@ -51,8 +54,33 @@ class FakeDataflow:
         self.states[job_id] = "JOB_STATE_DONE"
 
 
-@pytest.fixture
-def run(monkeypatch):
+class FakeAsyncDataflow:
+    """What the provider's DataflowJobStatusTrigger asks, answered from the same jobs."""
+
+    def __init__(self, fake: FakeDataflow):
+        self.fake = fake
+
+    async def get_job_status(self, job_id, project_id, location):
+        assert (project_id, location) == ("acme", "europe-west1")
+        if self.fake.states[job_id] in ACTIVE_STATES:  # the job runs to its end
+            self.fake.wait_for_done(job_name="", location=location, job_id=job_id, project_id="")
+        return SimpleNamespace(name=self.fake.states[job_id])
+
+
+def first_event(trigger):
+    async def first():
+        async for event in trigger.run():
+            return event.payload
+
+    return asyncio.run(first())
+
+
+# The wait in a worker slot (deferrable off), and in the triggerer (the default): the
+# same calls to Dataflow, in the same order, either way.
+@pytest.fixture(params=["worker", "triggerer"])
+def run(monkeypatch, request):
+    waits_in = request.param
+
     def run(states: dict[str, str], store: StateStore) -> tuple[FakeDataflow, dict]:
         fake = FakeDataflow(states, store.events)
         # A keyless connection (credentials would come from ADC), as on Composer/GKE.
@@ -68,11 +96,23 @@ def run(monkeypatch):
             runner="DataflowRunner",
             pipeline_options={"input": "gs://in", "output": "gs://out"},
             dataflow_config=dataflow_config(PARAMS, RUN_ID),
+            deferrable=waits_in == "triggerer",
         )
         pushed: dict = {}
         push = lambda key, value: pushed.update({key: value})  # noqa: E731
-        ti = SimpleNamespace(stats_tags={}, xcom_push=push)
-        result = operator.execute({"task_state_store": store, "ti": ti})
+        context = {"task_state_store": store, "ti": SimpleNamespace(stats_tags={}, xcom_push=push)}
+        try:
+            result = operator.execute(context)
+            deferred = None
+        except TaskDeferred as err:
+            deferred = err
+            assert isinstance(err.trigger, DataflowJobStatusTrigger)
+            assert err.trigger.job_id == err.kwargs["external_id"] == store["dataflow_job_id"]
+            err.trigger.__dict__["async_hook"] = FakeAsyncDataflow(fake)
+            result = operator.execute_complete(context, first_event(err.trigger), **err.kwargs)
+        # Deferred exactly when it waits for a job, and only in the triggerer mode.
+        waited = any(event[0] == "wait" for event in store.events)
+        assert (deferred is not None) == (waits_in == "triggerer" and waited)
         # The job's id also goes to XCom, where the UI's Dataflow link reads it.
         assert pushed == {"dataflow_job_id": result["dataflow_job_id"]}
         return fake, result
@@ -184,3 +224,33 @@ def test_the_jobs_exit_code_decides_whether_the_task_is_retried(tmp_path, code, 
             + ("too many inputs rejected" if code == 1 else "bad input")
             + f"; not retried): the reason for {code}"
         )
+
+
+def test_a_job_failing_in_the_triggerer_fails_the_task_for_a_retry_and_keeps_its_id(
+    monkeypatch,
+):
+    """The trigger reports a failed job; the task fails (retried, as a failed wait in a
+    worker is) with the job's state in its message, and the id stays for the retry."""
+    from airflow.sdk.exceptions import AirflowException
+
+    store = StateStore()
+    fake = FakeDataflow({}, store.events)
+    monkeypatch.setenv("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", "google-cloud-platform://")
+    monkeypatch.setattr(BeamHook, "start_python_pipeline", fake.launch)
+    monkeypatch.setattr(DataflowJobLink, "persist", lambda **_: None)
+    operator = ShardImagesOperator(
+        task_id="shard_images", py_file="beam_jobs.shard_images", py_options=["-m"],
+        runner="DataflowRunner", pipeline_options={"input": "gs://in", "output": "gs://out"},
+        dataflow_config=dataflow_config(PARAMS, RUN_ID),
+    )  # fmt: skip
+    ti = SimpleNamespace(stats_tags={}, xcom_push=lambda key, value: None)
+    context = {"task_state_store": store, "ti": ti}
+    with pytest.raises(TaskDeferred) as deferred:
+        operator.execute(context)
+    job = deferred.value.kwargs["external_id"]
+    fake.states[job] = "JOB_STATE_FAILED"
+    deferred.value.trigger.__dict__["async_hook"] = FakeAsyncDataflow(fake)
+    event = first_event(deferred.value.trigger)
+    with pytest.raises(AirflowException, match=f"Dataflow job {job}:.*JOB_STATE_FAILED"):
+        operator.execute_complete(context, event, **deferred.value.kwargs)
+    assert store["dataflow_job_id"] == job

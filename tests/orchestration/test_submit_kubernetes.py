@@ -165,3 +165,102 @@ def test_the_input_service_deployment_is_created_and_removed_with_the_run():
     assert ("create", "imagepipe-r1-input") in cluster.calls
     assert cluster.calls.count(("delete", "imagepipe-r1-input")) >= 2  # before, and at the end
     assert cluster.services == set() == cluster.deployments
+
+
+# The wait in the triggerer (the operator's default): the task submits and defers, the
+# trigger polls the same cluster, the task's second half cleans up and reports.
+
+
+def _deferred_train(cluster: FakeCluster, monkeypatch, *, then=None):
+    """Run the `train` task (kubernetes launcher) as Airflow would with a triggerer:
+    execute until it defers, the trigger until its event, then execute_complete."""
+    import asyncio
+
+    from airflow.sdk.exceptions import TaskDeferred
+
+    from orchestration import train_operator
+    from orchestration.train_operator import TrainModelOperator
+    from orchestration.triggers import KubernetesJobsTrigger
+
+    api = {"core": cluster, "batch": cluster, "apps": cluster, "create": cluster.create}
+    monkeypatch.setattr(kubernetes, "clients", lambda conn_id="": api)
+    monkeypatch.setattr("orchestration.reuse.discard_stale_training", lambda *_: "")
+    monkeypatch.setattr(train_operator, "read_training_result", lambda d: {"model_dir": d})
+    monkeypatch.setattr(train_operator.lineage, "record", lambda **_: None)
+    operator = TrainModelOperator(
+        task_id="train", shards_dir="gs://b/shards", train_dir="gs://b/runs/r1/train",
+        output_root="gs://b", num_workers=2, train_flags={}, launcher="kubernetes",
+        launcher_options={}, image="trainer:1", job_name="imagepipe-r1", poll_interval=0,
+    )  # fmt: skip
+    assert operator.deferrable  # the default
+    with pytest.raises(TaskDeferred) as deferred:
+        operator.execute({})
+    trigger = deferred.value.trigger
+    assert isinstance(trigger, KubernetesJobsTrigger)
+    assert [j["metadata"]["name"] for j in trigger.jobs] == JOBS
+    # What the triggerer stores and rebuilds: the trigger survives serialisation.
+    path, kwargs = trigger.serialize()
+    assert path == "orchestration.triggers.KubernetesJobsTrigger"
+    trigger = KubernetesJobsTrigger(**kwargs)
+    if then:
+        then()
+    cluster.calls.append(("trigger", "starts"))
+
+    async def first():
+        async for event in trigger.run():
+            return event.payload
+
+    event = asyncio.run(first())
+    cluster.calls.append(("trigger", event["status"]))
+    return operator.execute_complete({}, event, **(deferred.value.kwargs or {}))
+
+
+def test_the_train_task_waits_for_the_jobs_in_the_triggerer(monkeypatch):
+    cluster = FakeCluster({})
+    assert _deferred_train(cluster, monkeypatch) == {"model_dir": "gs://b/runs/r1/train"}
+    assert set(cluster.jobs.values()) == {"succeeded"}  # the trigger polled them to the end
+    creates = [c for c in cluster.calls if c[0] == "create"]
+    assert creates == [("create", "imagepipe-r1"), *[("create", name) for name in JOBS]]
+    # The Service lives while the Jobs run: removed by the task's second half, after the event.
+    fired = cluster.calls.index(("trigger", "success"))
+    created = cluster.calls.index(("create", "imagepipe-r1"))
+    assert ("delete", "imagepipe-r1") not in cluster.calls[created:fired]
+    assert ("delete", "imagepipe-r1") in cluster.calls[fired:]
+    assert cluster.services == set()
+
+
+def test_a_job_failing_in_the_triggerer_fails_the_task_for_a_retry(monkeypatch):
+    from orchestration.launchers import TrainingFailed
+
+    cluster = FakeCluster({})
+    with pytest.raises(TrainingFailed, match=f"training job {JOBS[1]} failed"):
+        _deferred_train(cluster, monkeypatch, then=lambda: cluster.jobs.update({JOBS[1]: "failed"}))
+    assert cluster.services == set()
+
+
+def test_a_trainer_exiting_2_in_the_triggerer_fails_the_task_without_a_retry(monkeypatch):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    cluster = FakeCluster({})
+    refuse = lambda: cluster.jobs.update({JOBS[0]: "refused"})  # noqa: E731
+    with pytest.raises(AirflowFailException, match=r"a trainer exited 2.*not retried"):
+        _deferred_train(cluster, monkeypatch, then=refuse)
+
+
+def test_a_retry_after_the_jobs_succeeded_does_not_defer(monkeypatch):
+    from orchestration import train_operator
+    from orchestration.train_operator import TrainModelOperator
+
+    cluster = FakeCluster(dict.fromkeys(JOBS, "succeeded"))
+    api = {"core": cluster, "batch": cluster, "apps": cluster, "create": cluster.create}
+    monkeypatch.setattr(kubernetes, "clients", lambda conn_id="": api)
+    monkeypatch.setattr("orchestration.reuse.discard_stale_training", lambda *_: "")
+    monkeypatch.setattr(train_operator, "read_training_result", lambda d: {"model_dir": d})
+    monkeypatch.setattr(train_operator.lineage, "record", lambda **_: None)
+    operator = TrainModelOperator(
+        task_id="train", shards_dir="gs://b/shards", train_dir="gs://b/runs/r1/train",
+        output_root="gs://b", num_workers=2, train_flags={}, launcher="kubernetes",
+        launcher_options={}, image="trainer:1", job_name="imagepipe-r1",
+    )  # fmt: skip
+    assert operator.execute({}) == {"model_dir": "gs://b/runs/r1/train"}
+    assert cluster.calls == []

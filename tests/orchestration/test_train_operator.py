@@ -35,6 +35,7 @@ def _operator(tmp_path, launcher="local", options=None) -> TrainModelOperator:
         launcher_options=options or {},
         image="trainer:1",
         job_name="imagepipe-r1",
+        deferrable=False,  # the wait in the worker; tests/orchestration/test_deferred_waits.py
     )
 
 
