@@ -320,7 +320,11 @@ def shard_images(
     with _stage("checking the output folder"):
         out.check_output_is_ours(config.output)
     with _stage("planning"):
+        planning = time.monotonic()
         plan = build_plan(config)
+        log.info(
+            "planning took %.2f s (listing, labels, splits, shards)", time.monotonic() - planning
+        )
     with _stage("looking up the shard cache"):
         key = cache.fingerprint(config, plan) if config.cache_dir else ""
         found = cache.lookup(config.cache_dir, key) if key and not config.force_reshard else None

@@ -74,17 +74,20 @@ def evaluate_and_bless(
     summary `publish` and the run's note read. AccuracyGateFailed below the gate."""
     from orchestration.plots import write_run_plots
 
+    # The run folder that trained the model: this run's, or with reuse_training an
+    # earlier run's (its record, its curves, a remote launcher's evaluation).
+    train_dir = posixpath.dirname(model_dir.rstrip("/"))
     evaluation = evaluate_run(
         params["training_launcher"],
         model_dir=model_dir,
         shards_dir=paths.shards,
-        train_dir=paths.train,
+        train_dir=train_dir,
         baseline=model_home(params),
     )
     verdict = bless(evaluation, blessing_rules(params))
     evaluation["verdict"] = verdict
     write_json(evaluation, paths.evaluation)
-    pictures = write_run_plots(paths.train, evaluation, paths.root)
+    pictures = write_run_plots(train_dir, evaluation, paths.root)
     per_class = ", ".join(f"{k} {v:.2f}" for k, v in evaluation["per_class_accuracy"].items())
     log(
         f"held-out accuracy {evaluation['accuracy']:.3f} on {evaluation['num_examples']} "

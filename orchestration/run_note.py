@@ -49,6 +49,7 @@ def run_note(
     data: dict | None,
     run_root: str,
     data_check: dict | None = None,
+    reused: list[str] | None = None,
 ) -> str:
     """A few lines of Markdown: the outcome first, then the numbers behind it."""
     if published:
@@ -77,6 +78,7 @@ def run_note(
     if data_check and data_check.get("status") != "off":
         line = data_check["line"]
         lines.append(line if len(line) <= 300 else line[:299] + "…")
+    lines.extend(reused or [])
     lines.append(f"evaluation and plots: {posixpath.join(run_root, '')}")
     note = "\n\n".join(lines)
     return note if len(note) <= MAX_NOTE else note[: MAX_NOTE - 1] + "…"
@@ -146,6 +148,23 @@ def set_run_note(dag_id: str, run_id: str, note: str) -> str:
     return f"set the run's note through {base}"
 
 
+def reused_lines(paths: RunPaths, trained: dict | None) -> list[str]:
+    """What this run took from earlier ones instead of redoing it, one line each: the
+    shards (the shard cache found the same images sharded with the same settings) and
+    the training (reuse_training found a finished run of the same shards and recipe)."""
+    lines = []
+    shards = read_json(posixpath.join(paths.shards, "metadata.json")) or {}
+    if shards.get("location"):
+        lines.append(f"reused the shards in {shards['location']} (the same images and settings)")
+    model_dir = (trained or {}).get("model_dir") or ""
+    if model_dir and not model_dir.startswith(posixpath.join(paths.train, "")):
+        lines.append(
+            f"reused the training in {posixpath.dirname(model_dir.rstrip('/'))} (reuse_training: "
+            "the same shards and training parameters, finished)"
+        )
+    return lines
+
+
 def note_this_run(context, *, evaluated=None, published=None, not_published=None) -> None:
     """From a task of the pipeline's DAG (its Airflow `context`): write the run's note from
     what its tasks recorded, print it and what became of it to the task log."""
@@ -159,6 +178,7 @@ def note_this_run(context, *, evaluated=None, published=None, not_published=None
         data=context["ti"].xcom_pull(task_ids="validate_shards"),
         run_root=paths.root,
         data_check=context["ti"].xcom_pull(task_ids="check_data"),
+        reused=reused_lines(paths, context["ti"].xcom_pull(task_ids="train")),
     )
     print(note)
     print(set_run_note(context["dag"].dag_id, run_id, note))

@@ -41,3 +41,27 @@ def test_a_remote_runs_evaluation_is_read_without_tensorflow(tmp_path):
 def test_a_missing_remote_evaluation_says_why_in_one_line(tmp_path):
     with pytest.raises(EvaluationMissing, match="--evaluate"):
         evaluate_run("vertex", model_dir="m", shards_dir="s", train_dir=str(tmp_path))
+
+
+def test_a_reused_training_is_evaluated_and_plotted_from_its_own_run_folder(tmp_path):
+    """reuse_training: the model is an earlier run's; its evaluation (remote launchers)
+    and training curves are in that run's folder, and this run's train/ is empty."""
+    from orchestration.evaluation import evaluate_and_bless
+    from orchestration.runs import RunPaths
+    from tests.orchestration.test_run_report import EVALUATION, METRICS
+
+    earlier = RunPaths.for_run(str(tmp_path), "manual__1")
+    train = tmp_path / "runs" / "manual__1" / "train"
+    train.mkdir(parents=True)
+    (train / "metrics.json").write_text(json.dumps(METRICS))
+    (train / "config.json").write_text("{}")
+    (train / "evaluation.json").write_text(json.dumps(EVALUATION))
+    this = RunPaths.for_run(str(tmp_path), "manual__2")
+    params = {**DEFAULTS, "training_launcher": "kubernetes", "model_root": str(tmp_path / "m")}
+    result = evaluate_and_bless(
+        params, model_dir=f"{earlier.train}/model", paths=this, log=lambda _: None
+    )
+    assert result["accuracy"] == EVALUATION["accuracy"]
+    written = json.loads((tmp_path / "runs" / "manual__2" / "evaluation.json").read_text())
+    assert written["accuracy"] == EVALUATION["accuracy"]
+    assert (tmp_path / "runs" / "manual__2" / "training_curves.png").exists()

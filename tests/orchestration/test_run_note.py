@@ -3,6 +3,7 @@
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
 
 from orchestration import run_note
 from training.gate import bless
@@ -139,3 +140,30 @@ def test_without_credentials_the_note_stays_in_the_log(monkeypatch, tmp_path):
     monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path))
     said = run_note.set_run_note("d", "r", "hi")
     assert said.startswith("no Airflow connection 'imagepipe_api'")
+
+
+def test_what_a_run_reused_is_on_its_page(tmp_path):
+    """The shard cache's source and a reused training are named; a run that did both
+    itself says nothing of reuse."""
+
+    from orchestration.runs import RunPaths
+
+    paths = RunPaths.for_run(str(tmp_path), "manual__2")
+    Path(paths.shards).mkdir(parents=True)
+    metadata = Path(paths.shards) / "metadata.json"
+    metadata.write_text(json.dumps({"num_records": 4}))
+    own = {"model_dir": f"{paths.train}/model"}
+    assert run_note.reused_lines(paths, own) == []
+    earlier = RunPaths.for_run(str(tmp_path), "manual__1")
+    metadata.write_text(json.dumps({"num_records": 4, "location": earlier.shards}))
+    lines = run_note.reused_lines(paths, {"model_dir": f"{earlier.train}/model"})
+    assert lines == [
+        f"reused the shards in {earlier.shards} (the same images and settings)",
+        f"reused the training in {earlier.train} (reuse_training: the same shards and "
+        "training parameters, finished)",
+    ]
+    note = run_note.run_note(
+        model_name="shapes", evaluation=None, published={"version": 2}, not_published=None,
+        data=None, run_root=paths.root, reused=lines,
+    )  # fmt: skip
+    assert all(line in note for line in lines)
