@@ -13,9 +13,12 @@ sharding job's work: Pillow's decoding, hashing, file reads and writes. Worker
 processes also parallelise the Python around it, but each starts its own
 Python with Beam (seconds) and the runner process relays their control
 traffic. The constants below are the fixed and per-image costs measured by
-`make bench` (`bench/sharding.py`, 2 cores, least squares over three sizes);
-the job takes whichever mode they predict is fastest for its number of images
-and cores.
+`make bench --scale` (`bench/sharding_scale.py --all-modes`, 2 cores, each mode at 4,000
+and 40,000 images of two sizes), and the per-image cost grows with the image's stored
+bytes: small images are mostly the Python around each image, which holds the GIL (threads
+then run slower than one thread), large ones mostly decoding, which releases it. The job
+takes whichever mode they predict is fastest for its number of images, their mean size on
+disk and the cores.
 """
 
 from __future__ import annotations
@@ -27,18 +30,21 @@ LOCAL_RUNNER = "FnApiRunner"
 # Names that mean "run it here" and get the choice below.
 LOCAL_RUNNER_NAMES = (None, "DirectRunner", "SwitchingDirectRunner", LOCAL_RUNNER)
 
-# Measured by `make bench` (bench/results/sharding.json, 2 cores, 300-3,000 images): in one
-# thread; on 2 worker threads (wall time per image on that many threads: it is not divided
-# by the cores below, as the model has not been measured on more); with 2 worker processes
-# (CPU per image, spread over the workers).
-# On 2 cores one thread beats threads below about 170 images, and threads beat worker
-# processes up to about 50,000.
-IN_PROCESS_FIXED_S = 1.83
-IN_PROCESS_MS_PER_IMAGE = 1.16
-THREADS_FIXED_S = 1.90
-THREADS_MS_PER_IMAGE = 0.74
-WORKERS_FIXED_S = 3.72
-WORKERS_CPU_MS_PER_IMAGE = 1.41
+# Measured by `python -m bench.sharding_scale --all-modes` (bench/results/sharding_scale.json,
+# 2 cores): each mode's fixed seconds, and its milliseconds per image at the mean size of
+# the thumbnails (4.3 KB) with what each further KB adds (fitted through the photos, 125
+# KB). Threads: wall time per image on 2 threads (not divided by the cores below, as the
+# model has not been measured on more); worker processes: CPU per image, spread over the
+# workers. On 2 cores: thumbnails run on one thread up to about 11,000 images, then on
+# processes; photos on threads up to about 8,000, then on processes.
+SMALL_KB = 4.34
+FIXED_S = {"in_memory": 2.4, "multi_threading": 2.5, "multi_processing": 4.4}
+MS_PER_IMAGE = {  # (at SMALL_KB, per further KB)
+    "in_memory": (0.536, 0.0244),
+    "multi_threading": (0.664, 0.01145),
+    "multi_processing": (0.738, 0.0238),  # CPU: 2 x the wall time on 2 workers
+}
+DEFAULT_KB = 57.0  # the mean of the bench's images, when the sizes are not known
 
 
 @dataclass(frozen=True)
@@ -54,23 +60,27 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
-def predicted_seconds(mode: LocalMode, num_images: int) -> float:
-    if mode.running_mode == "in_memory":
-        return IN_PROCESS_FIXED_S + IN_PROCESS_MS_PER_IMAGE * num_images / 1000
-    if mode.running_mode == "multi_threading":
-        return THREADS_FIXED_S + THREADS_MS_PER_IMAGE * num_images / 1000
-    return WORKERS_FIXED_S + WORKERS_CPU_MS_PER_IMAGE * num_images / 1000 / mode.workers
+def predicted_seconds(mode: LocalMode, num_images: int, mean_kb: float = DEFAULT_KB) -> float:
+    at_small, per_kb = MS_PER_IMAGE[mode.running_mode]
+    ms = at_small + per_kb * max(0.0, mean_kb - SMALL_KB)
+    if mode.running_mode == "multi_processing":
+        ms /= mode.workers
+    return FIXED_S[mode.running_mode] + ms * num_images / 1000
 
 
-def choose_local_mode(num_images: int, cores: int | None = None) -> LocalMode:
-    """The mode predicted fastest: one thread per core in this process for most jobs on
-    few cores, one worker process per core for large jobs or many cores."""
+def choose_local_mode(
+    num_images: int, cores: int | None = None, mean_bytes: float | None = None
+) -> LocalMode:
+    """The mode predicted fastest: one thread for small jobs, and for small images
+    (the GIL-bound Python around each dominates), a thread per core for mid-sized jobs of
+    larger images, one worker process per core for large jobs or many cores."""
     cores = cores or available_cores()
     if cores < 2:
         return LocalMode("in_memory", 1)
+    mean_kb = DEFAULT_KB if mean_bytes is None else mean_bytes / 1024
     candidates = (
         LocalMode("in_memory", 1),
         LocalMode("multi_threading", cores),
         LocalMode("multi_processing", cores),
     )
-    return min(candidates, key=lambda mode: predicted_seconds(mode, num_images))
+    return min(candidates, key=lambda mode: predicted_seconds(mode, num_images, mean_kb))

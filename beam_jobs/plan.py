@@ -87,6 +87,12 @@ class Plan:
     def num_inputs(self) -> int:
         return len(self.items)
 
+    @property
+    def mean_bytes(self) -> float | None:
+        """The inputs' mean size as listed (None when the listing gave no sizes)."""
+        sizes = [size for size in self.listing[1].values() if size]
+        return sum(sizes) / len(sizes) if sizes else None
+
 
 def is_manifest(uri: str) -> bool:
     return uri.lower().endswith(MANIFEST_SUFFIXES)

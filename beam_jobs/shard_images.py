@@ -393,7 +393,7 @@ def _write_plan(staging: str, plan) -> None:
 
 def _choose_local(options: PipelineOptions, plan, choose_local: bool) -> None:
     if choose_local and options.view_as(StandardOptions).runner == LOCAL_RUNNER:
-        mode = choose_local_mode(plan.num_inputs)
+        mode = choose_local_mode(plan.num_inputs, mean_bytes=plan.mean_bytes)
         direct = options.view_as(DirectOptions)
         direct.direct_running_mode, direct.direct_num_workers = mode.running_mode, mode.workers
 

@@ -1,10 +1,13 @@
 """`make bench`: all six benchmarks side by side in one run, then the report.
 
     python -m bench [--images N] [--repeats R] [--only NAME ...] [--results DIR]
+                    [--scale 4000,40000]
 
 The defaults take about 25 minutes on 2 cores (10 of them the 40,000-image data statistics
-run). `--smoke` runs each at a tiny size into a scratch folder (what the test suite does so
-they cannot rot).
+run). `--scale SIZES` adds how the sharding job's cost grows with the data
+(bench/sharding_scale.py), on request: 25 minutes at 4,000 and 40,000 images. `--smoke`
+runs each at a tiny size into a scratch folder (what the test suite does so they cannot
+rot).
 """
 
 from __future__ import annotations
@@ -20,11 +23,14 @@ from bench import (
     orchestration,
     report,
     sharding,
+    sharding_scale,
     training,
     warm_start,
 )
 
 NAMES = ("input_pipeline", "sharding", "training", "orchestration", "warm_start", "data_statistics")
+# On request only (`--only sharding_scale`, or `--scale`): tens of minutes.
+SCALE = "sharding_scale"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,7 +42,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", type=Path, default=common.RESULTS)
     parser.add_argument("--images", type=int, default=3000, help="Dataset size (default 3000).")
     parser.add_argument("--repeats", type=int, default=2, help="Repeats per measurement.")
-    parser.add_argument("--only", nargs="+", choices=NAMES, default=list(NAMES))
+    parser.add_argument("--only", nargs="+", choices=(*NAMES, SCALE), default=list(NAMES))
+    parser.add_argument(
+        "--scale",
+        default="",
+        metavar="SIZES",
+        help="Also the cost-growth part (bench/sharding_scale.py) at these image counts, "
+        "e.g. 4000,40000 (about 25 minutes on 2 cores, generation included) or "
+        "4000,40000,200000 (hours)",
+    )
     parser.add_argument("--smoke", action="store_true", help="Tiny sizes: checks, not numbers.")
     args = parser.parse_args(argv)
     n, repeats = args.images, args.repeats
@@ -44,8 +58,12 @@ def main(argv: list[str] | None = None) -> int:
     batches, steps, dag_images, epochs = 40, 25, n // 6, 2
     if args.smoke:
         n, repeats, sizes, batches, steps, dag_images, epochs = 128, 1, [8, 16, 24], 2, 3, 64, 1
+    scale_sizes = [int(x) for x in args.scale.split(",") if x] or [4000, 40000]
+    if args.smoke:
+        scale_sizes = [64, 128]
+    names = list(args.only) + ([SCALE] if args.scale and SCALE not in args.only else [])
     started = time.perf_counter()
-    for name in args.only:
+    for name in names:
         print(f"== {name}", flush=True)
         if name == "input_pipeline":
             input_pipeline.run(
@@ -73,6 +91,14 @@ def main(argv: list[str] | None = None) -> int:
                 args.work,
                 images=64 if args.smoke else 40_000,
                 repeats=repeats,
+                results_dir=args.results,
+            )
+        elif name == SCALE:
+            sharding_scale.run(
+                args.work,
+                sizes=scale_sizes,
+                classes=["thumbnails"] if args.smoke else list(sharding_scale.CLASSES),
+                all_modes=not args.smoke,
                 results_dir=args.results,
             )
         elif name == "warm_start":

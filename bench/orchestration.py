@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import itertools
 import json
 import os
 import shutil
@@ -91,11 +92,19 @@ def _dag_run(command: list[str], env: dict, home: Path, seen: frozenset | set = 
     }
     if len(tasks) != len(rows) or not tasks:
         raise RuntimeError(f"the DAG run did not succeed: {rows}")
+    # Where the time between tasks goes: each gap from one task's end to the next one's
+    # start (the scheduler noticing, a task process starting, its SDK handshake).
+    spans = sorted((start, end) for _, _, start, end, _ in rows)
+    gaps = [
+        max(0.0, _seconds(a_end, b_start)) for (_, a_end), (b_start, _) in itertools.pairwise(spans)
+    ]
     return {
         "run_id": rows[0][0],
         "wall_seconds": wall,
         "task_seconds": tasks,
         "sum_task_seconds": sum(tasks.values()),
+        "between_tasks_seconds": sum(gaps),
+        "before_first_and_after_last_seconds": wall - _seconds(spans[0][0], spans[-1][1]),
     }
 
 
@@ -118,6 +127,12 @@ def run(
             for task in runs[0]["task_seconds"]
         },
         "overhead_seconds": wall["median"] - stages["median"],
+        # The overhead split: between tasks (scheduling, task start) and around the run
+        # (the `airflow dags test` process: its imports, parsing the DAG, creating the run).
+        "between_tasks_seconds": common.summary([r["between_tasks_seconds"] for r in runs]),
+        "around_the_run_seconds": common.summary(
+            [r["before_first_and_after_last_seconds"] for r in runs]
+        ),
         "ratio_wall_vs_stages": common.ratio(wall, stages),
         # A second run with unchanged inputs reuses the shards (content fingerprint).
         "second_run_wall_seconds": second_wall,

@@ -187,6 +187,44 @@ def rows(results: dict) -> list[tuple[str, str, str]]:
              f"ratio_with_vs_without_seconds {r['ratio_with_vs_without_seconds']:.2f} "
              "(goal at most 1.15)")
         )  # fmt: skip
+    if "sharding_scale" in results:
+        out += scale_rows(results["sharding_scale"])
+    return out
+
+
+def scale_rows(result: dict) -> list[tuple[str, str, str]]:
+    """One row per size class and count: the job at its default beside the loop."""
+    out = []
+    mb = 2**20
+    for row in result["rows"]:
+        job, loop = row["job"], row["loop"]
+        workers = job["worker_peak_bytes"]
+        memory = f"driver {job['driver_peak_bytes'] / mb:.0f} MB" + (
+            f", workers {', '.join(f'{w / mb:.0f}' for w in workers)} MB" if workers else ""
+        )
+        cpu = lambda r: r["cpu_ms_per_image"]  # noqa: E731
+        measured = (
+            f"{job['wall_seconds']:.1f} s vs {loop['wall_seconds']:.1f} s "
+            f"({job['images_per_second']:.0f} vs {loop['images_per_second']:.0f} images/s); "
+            f"CPU ms/image user+sys {cpu(job)['user']:.2f}+{cpu(job)['sys']:.2f} vs "
+            f"{cpu(loop)['user']:.2f}+{cpu(loop)['sys']:.2f}; written per output byte "
+            f"{job['written_per_output_byte']['write_calls']:.2f} (write calls), "
+            f"{job['written_per_output_byte']['storage']:.2f} (to storage); {memory}; "
+            f"planning {job['planning_seconds'] or 0:.2f} s; mode {job['runner_mode']}"
+        )
+        ratio = (
+            f"ratio_job_vs_loop_speed {row['ratio_job_vs_loop_speed']:.2f}, "
+            f"ratio_job_vs_loop_cpu {row['ratio_job_vs_loop_cpu']:.2f}"
+        )
+        if "ratio_default_vs_best_mode" in row:
+            best = min(row["mode_seconds"], key=row["mode_seconds"].get)
+            ratio += (
+                f", ratio_default_vs_best_mode {row['ratio_default_vs_best_mode']:.2f} ({best})"
+            )
+        out.append(
+            (f"sharding {row['images']:,} {row['size_class']}: the job at its default vs the "
+             "one-process loop", measured, ratio)
+        )  # fmt: skip
     return out
 
 
@@ -240,6 +278,7 @@ def load(results_dir: Path) -> dict:
             "orchestration",
             "warm_start",
             "data_statistics",
+            "sharding_scale",
         )
     }
 

@@ -37,9 +37,14 @@ RATIOS = {
         "ratio_cached_vs_synthetic_input",
         "input_bound_share",
     ],
-    "orchestration": ["ratio_wall_vs_stages", "ratio_second_vs_first_run"],
+    "orchestration": [
+        "ratio_wall_vs_stages",
+        "ratio_second_vs_first_run",
+        "ratio_reuse_vs_first_run",
+    ],
     "warm_start": ["ratio_warm_vs_cold_accuracy", "ratio_warm_vs_cold_seconds"],
     "data_statistics": ["ratio_with_vs_without_seconds"],
+    "sharding_scale": ["ratio_driver_memory_thumbnails_largest_vs_smallest"],
 }
 
 
@@ -48,7 +53,7 @@ def smoke(tmp_path_factory):
     work = tmp_path_factory.mktemp("bench")
     proc = subprocess.run(
         [sys.executable, "-m", "bench", "--smoke", "--work", str(work), "--results",
-         str(work / "results")],
+         str(work / "results"), "--scale", "64,128"],
         cwd=REPO, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -73,7 +78,8 @@ def test_report_writes_table_and_plot(smoke):
     for keys in RATIOS.values():
         for key in keys:
             if key not in ("ratio_real_vs_synthetic_input", "resized_shards_ratio_vs_ceiling",
-                           "resized_shards_ratio_vs_naive"):  # fmt: skip
+                           "resized_shards_ratio_vs_naive",
+                           "ratio_driver_memory_thumbnails_largest_vs_smallest"):  # fmt: skip
                 assert key in table, key
     assert (results / "results.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| benchmark | measured | ratio |" in stdout
