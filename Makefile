@@ -36,7 +36,7 @@ test-slow: install
 
 # Benchmarks (not part of `make test`): bench/results/*.json, table, plot, docs/benchmarks.md.
 bench: install
-	$(BIN)/python -m bench
+	$(BIN)/python -m bench $(BENCH_ARGS)
 
 lint: install
 	$(BIN)/ruff check .
