@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         n, repeats, sizes, batches, steps, dag_images, epochs = 128, 1, [8, 16, 24], 2, 3, 64, 1
     scale_sizes = [int(x) for x in args.scale.split(",") if x] or [4000, 40000]
     if args.smoke:
-        scale_sizes = [64, 128]
+        scale_sizes = [32, 64]
     names = list(args.only) + ([SCALE] if args.scale and SCALE not in args.only else [])
     started = time.perf_counter()
     for name in names:

@@ -53,7 +53,7 @@ def smoke(tmp_path_factory):
     work = tmp_path_factory.mktemp("bench")
     proc = subprocess.run(
         [sys.executable, "-m", "bench", "--smoke", "--work", str(work), "--results",
-         str(work / "results"), "--scale", "64,128"],
+         str(work / "results"), "--scale", "32,64"],
         cwd=REPO, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

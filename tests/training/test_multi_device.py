@@ -91,6 +91,7 @@ def test_each_replica_gets_its_own_examples(trainable_shards, tmp_path):
     assert not set(first) & set(second)
 
 
+@pytest.mark.extended  # a fault-injection run: the slow tier (make test-slow)
 def test_two_workers_of_two_devices_stay_in_sync_through_a_preemption(trainable_shards, tmp_path):
     """2 workers x 2 CPU devices: 4 replicas, a global batch of 4 x 8; SIGTERM to one
     worker mid-run: both save at one step, the launcher restarts them on the same layout,
