@@ -16,6 +16,7 @@ from airflow.dag_processing.dagbag import DagBag
 from airflow.providers.apache.beam.hooks.beam import BeamHook
 from airflow.providers.google.cloud.hooks.dataflow import DataflowHook
 from airflow.providers.google.cloud.hooks.vertex_ai.custom_job import CustomJobHook
+from airflow.sdk.exceptions import TaskDeferred
 from google.cloud.aiplatform_v1.types import CustomJob
 
 case = json.loads(sys.argv[2])
@@ -48,6 +49,18 @@ def launch_beam(*args, process_line_callback, **kwargs):
     process_line_callback("Created job with id: [2026-12-01_10_00_00-42]")
 
 
+def execute(task, context):
+    """As the task runner runs it: when it defers (the wait in the triggerer), the trigger
+    is recorded as it would be stored, and the task resumes with the trigger's success."""
+    try:
+        return task.execute(context)
+    except TaskDeferred as deferred:
+        recorded.setdefault("deferred", {})[task.task_id] = deferred.trigger.serialize()
+        resume = getattr(task, deferred.method_name)
+        event = {"status": "success", "message": "the job succeeded"}
+        return resume(context, event, **(deferred.kwargs or {}))
+
+
 params = {k: dag.params.get_param(k).resolve() for k in dag.params}
 params.update(case["params"])
 context = {"params": params, "run_id": case["run_id"], "ti": FakeTaskInstance()}
@@ -61,7 +74,7 @@ with (
 ):
     task = dag.get_task("shard_images")
     task.render_template_fields(context)
-    recorded["shard_images"] = task.execute(context)
+    recorded["shard_images"] = execute(task, context)
 
     # The DAG's own train task, as the task runner would run it: the run folder on gs:// is
     # the only other edge (a stale-run check before, the run's result after).
@@ -73,7 +86,7 @@ with (
         mock.patch("orchestration.train_operator.read_training_result",
                    return_value={"model_dir": case["train"] + "/model"}),
     ):  # fmt: skip
-        recorded["train"] = train.execute(context)
+        recorded["train"] = execute(train, context)
     CustomJob(recorded["vertex_create"]["custom_job"])  # the API's own message type accepts it
 
 print(json.dumps(recorded, default=str))

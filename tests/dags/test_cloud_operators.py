@@ -36,8 +36,9 @@ VERTEX_OPTIONS = {
 }
 
 
-@pytest.fixture(scope="module")
-def captured(tmp_path_factory):
+# The wait for each remote job in the triggerer (the default) and in the worker slot.
+@pytest.fixture(scope="module", params=["triggerer", "worker"])
+def captured(tmp_path_factory, request):
     case = {
         "run_id": RUN_ID,
         "params": {
@@ -69,6 +70,7 @@ def captured(tmp_path_factory):
             NO_GCE_CHECK="True",
             GCE_METADATA_HOST="127.0.0.1:9",
             GCE_METADATA_IP="127.0.0.1:9",
+            AIRFLOW__IMAGEPIPE__DEFERRABLE=str(request.param == "triggerer"),
         ),
         capture_output=True,
         text=True,
@@ -76,7 +78,22 @@ def captured(tmp_path_factory):
         cwd=REPO,
     )
     assert proc.returncode == 0, proc.stderr[-4000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    deferred = result.get("deferred", {})
+    assert set(deferred) == ({"shard_images", "train"} if request.param == "triggerer" else set())
+    result["waits_in"] = request.param
+    return result
+
+
+def _wait(captured: dict, task: str, in_worker: str) -> dict:
+    """What the wait for `task`'s job was given: the hook's call in the worker, or the
+    trigger the triggerer would run."""
+    if captured["waits_in"] == "worker":
+        return captured[in_worker]
+    path, kwargs = captured["deferred"][task]
+    expected = {"shard_images": "DataflowJobStatusTrigger", "train": "CustomJobTrigger"}[task]
+    assert path.rsplit(".", 1)[-1] == expected
+    return kwargs
 
 
 def test_dataflow_runner_gets_exactly_the_params_options(captured):
@@ -98,9 +115,12 @@ def test_dataflow_runner_gets_exactly_the_params_options(captured):
     assert set(labels) == {"airflow-version"}  # the operator's own label, nothing else
     assert beam["py_file"] == "beam_jobs.shard_images" and beam["py_options"] == ["-m"]
     # The operator waits for the job where it was launched, not in its default region.
-    wait = captured["dataflow_wait"]
+    wait = _wait(captured, "shard_images", "dataflow_wait")
     assert (wait["project_id"], wait["location"]) == ("acme-ml", "europe-west1")
-    assert wait["job_name"] == job_name
+    if captured["waits_in"] == "worker":
+        assert wait["job_name"] == job_name
+    else:
+        assert "JOB_STATE_DONE" in str(wait["expected_statuses"])
     # ... and for the job the launcher reported, whose id the task returns.
     assert wait["job_id"] == "2026-12-01_10_00_00-42" == captured["shard_images"]["dataflow_job_id"]
 
@@ -137,6 +157,10 @@ def test_vertex_request_is_what_the_operator_sends(captured):
     assert spec["scheduling"] == {"restart_job_on_worker_restart": True}
     assert spec["service_account"] == VERTEX_OPTIONS["service_account"]
     assert captured["xcom"]["custom_job_id"] == "123"  # the operator's own link to the job
+    if captured["waits_in"] == "triggerer":  # the trigger waits for that job, where it runs
+        wait = _wait(captured, "train", "vertex_wait")
+        assert (wait["project_id"], wait["location"]) == ("acme-ml", "europe-west4")
+        assert wait["custom_job_id"] == "123"
 
 
 def test_vertex_request_is_a_valid_api_message():
