@@ -13,7 +13,8 @@ import pytest
 
 from training.worker_env import PREEMPTED_EXIT_CODE
 
-pytestmark = pytest.mark.slow  # multi-process training
+# A fault-injection run (SIGTERM mid-training, restart): the slow tier, make test-slow.
+pytestmark = [pytest.mark.slow, pytest.mark.extended]
 
 
 def test_sigterm_to_one_worker_saves_everywhere_and_the_launcher_restarts_them(

@@ -201,6 +201,7 @@ def test_exported_model_classifies_raw_jpeg_bytes(two_worker_run):
     assert serve(images=tf.constant([png.getvalue()]))["class_name"].shape == (1,)
 
 
+@pytest.mark.extended  # a fault-injection run (a worker killed): make test-slow
 def test_killed_worker_then_rerun_resumes_from_checkpoint(trainable_shards, tmp_path):
     output = tmp_path / "train"
     args = [
