@@ -6,7 +6,6 @@ runner does) and the Dataflow API (job state, wait). The task's state store is
 the dict the task runner would hand over.
 """
 
-import asyncio
 import logging
 import sys
 from types import SimpleNamespace
@@ -21,6 +20,7 @@ from airflow.sdk.exceptions import TaskDeferred
 from orchestration.beam_options import dataflow_config, dataflow_job_name
 from orchestration.dataflow_job import ACTIVE_STATES, ShardImagesOperator
 from tests.orchestration.state_store import StateStore
+from tests.orchestration.trigger_events import first_event
 
 RUN_ID = "scheduled__2026-12-03T00:00:00+00:00"
 PARAMS = {
@@ -65,14 +65,6 @@ class FakeAsyncDataflow:
         if self.fake.states[job_id] in ACTIVE_STATES:  # the job runs to its end
             self.fake.wait_for_done(job_name="", location=location, job_id=job_id, project_id="")
         return SimpleNamespace(name=self.fake.states[job_id])
-
-
-def first_event(trigger):
-    async def first():
-        async for event in trigger.run():
-            return event.payload
-
-    return asyncio.run(first())
 
 
 # The wait in a worker slot (deferrable off), and in the triggerer (the default): the

@@ -11,6 +11,7 @@ from kubernetes import client
 
 from orchestration.launchers import TrainingJob, kubernetes
 from orchestration.launchers.kubernetes import run_kubernetes_jobs
+from tests.orchestration.trigger_events import first_event
 
 MANIFESTS = kubernetes.render(
     TrainingJob(data="gs://b/shards", output="gs://b/runs/r1/train", num_workers=2),
@@ -171,16 +172,11 @@ def test_the_input_service_deployment_is_created_and_removed_with_the_run():
 # trigger polls the same cluster, the task's second half cleans up and reports.
 
 
-def _deferred_train(cluster: FakeCluster, monkeypatch, *, then=None):
-    """Run the `train` task (kubernetes launcher) as Airflow would with a triggerer:
-    execute until it defers, the trigger until its event, then execute_complete."""
-    import asyncio
-
-    from airflow.sdk.exceptions import TaskDeferred
-
+def _train_operator(cluster: FakeCluster, monkeypatch):
+    """The DAG's `train` task (kubernetes launcher, default wait) against `cluster`; the
+    run folder on gs:// (a stale-run check before, the run's result after) replaced."""
     from orchestration import train_operator
     from orchestration.train_operator import TrainModelOperator
-    from orchestration.triggers import KubernetesJobsTrigger
 
     api = {"core": cluster, "batch": cluster, "apps": cluster, "create": cluster.create}
     monkeypatch.setattr(kubernetes, "clients", lambda conn_id="": api)
@@ -192,6 +188,17 @@ def _deferred_train(cluster: FakeCluster, monkeypatch, *, then=None):
         output_root="gs://b", num_workers=2, train_flags={}, launcher="kubernetes",
         launcher_options={}, image="trainer:1", job_name="imagepipe-r1", poll_interval=0,
     )  # fmt: skip
+    return operator
+
+
+def _deferred_train(cluster: FakeCluster, monkeypatch, *, then=None):
+    """Run the `train` task (kubernetes launcher) as Airflow would with a triggerer:
+    execute until it defers, the trigger until its event, then execute_complete."""
+    from airflow.sdk.exceptions import TaskDeferred
+
+    from orchestration.triggers import KubernetesJobsTrigger
+
+    operator = _train_operator(cluster, monkeypatch)
     assert operator.deferrable  # the default
     with pytest.raises(TaskDeferred) as deferred:
         operator.execute({})
@@ -206,11 +213,7 @@ def _deferred_train(cluster: FakeCluster, monkeypatch, *, then=None):
         then()
     cluster.calls.append(("trigger", "starts"))
 
-    async def first():
-        async for event in trigger.run():
-            return event.payload
-
-    event = asyncio.run(first())
+    event = first_event(trigger)
     cluster.calls.append(("trigger", event["status"]))
     return operator.execute_complete({}, event, **(deferred.value.kwargs or {}))
 
@@ -248,19 +251,7 @@ def test_a_trainer_exiting_2_in_the_triggerer_fails_the_task_without_a_retry(mon
 
 
 def test_a_retry_after_the_jobs_succeeded_does_not_defer(monkeypatch):
-    from orchestration import train_operator
-    from orchestration.train_operator import TrainModelOperator
-
     cluster = FakeCluster(dict.fromkeys(JOBS, "succeeded"))
-    api = {"core": cluster, "batch": cluster, "apps": cluster, "create": cluster.create}
-    monkeypatch.setattr(kubernetes, "clients", lambda conn_id="": api)
-    monkeypatch.setattr("orchestration.reuse.discard_stale_training", lambda *_: "")
-    monkeypatch.setattr(train_operator, "read_training_result", lambda d: {"model_dir": d})
-    monkeypatch.setattr(train_operator.lineage, "record", lambda **_: None)
-    operator = TrainModelOperator(
-        task_id="train", shards_dir="gs://b/shards", train_dir="gs://b/runs/r1/train",
-        output_root="gs://b", num_workers=2, train_flags={}, launcher="kubernetes",
-        launcher_options={}, image="trainer:1", job_name="imagepipe-r1",
-    )  # fmt: skip
+    operator = _train_operator(cluster, monkeypatch)
     assert operator.execute({}) == {"model_dir": "gs://b/runs/r1/train"}
     assert cluster.calls == []

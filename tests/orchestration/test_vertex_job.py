@@ -6,7 +6,6 @@ state store is Airflow's interface held in a dict, as the task runner provides i
 The run folder's result (gs://, read after the job) is replaced too.
 """
 
-import asyncio
 from types import SimpleNamespace
 
 import pytest
@@ -18,6 +17,7 @@ from orchestration import train_operator
 from orchestration.launchers import TrainingFailed
 from orchestration.train_operator import TrainModelOperator
 from tests.orchestration.state_store import StateStore
+from tests.orchestration.trigger_events import first_event
 
 
 class FakeHook:
@@ -54,14 +54,6 @@ class FakeAsyncHook:
             raise RuntimeError(self.error)
         self.hook.states[job_id] = "JOB_STATE_SUCCEEDED"
         return CustomJob(name=job_id, state=JobState.JOB_STATE_SUCCEEDED)
-
-
-def first_event(trigger):
-    async def first():
-        async for event in trigger.run():
-            return event.payload
-
-    return asyncio.run(first())
 
 
 @pytest.fixture(params=["worker", "triggerer"])

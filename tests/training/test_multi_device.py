@@ -10,14 +10,13 @@ process of its own (the trainer's CLI, or a short script)."""
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 
+from tests.training.preempt import launch_and_preempt
 from training.worker_env import PREEMPTED_EXIT_CODE
 
 pytestmark = pytest.mark.slow  # training runs
@@ -97,27 +96,13 @@ def test_two_workers_of_two_devices_stay_in_sync_through_a_preemption(trainable_
     worker mid-run: both save at one step, the launcher restarts them on the same layout,
     the run resumes there, and all four replicas end with the same weights."""
     output = tmp_path / "train"
-    launcher = subprocess.Popen(
-        [sys.executable, "-m", "training.launch", "--num-workers", "2", "--cpu-devices", "2",
-         "--data", trainable_shards, "--output", str(output), "--epochs", "3",
-         "--checkpoint-every", "1000", "--steps-per-call", "1",
-         "--per-replica-batch-size", "8"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV,
+    log = launch_and_preempt(
+        ["--num-workers", "2", "--cpu-devices", "2", "--data", trainable_shards,
+         "--output", str(output), "--epochs", "3", "--checkpoint-every", "1000",
+         "--steps-per-call", "1", "--per-replica-batch-size", "8"],
+        when=r"worker-1: epoch 1/3 ",
+        delay=0.5,
     )  # fmt: skip
-    pids, lines, signalled = {}, [], False
-    deadline = time.monotonic() + 600
-    for line in launcher.stdout:
-        lines.append(line)
-        if match := re.match(r"\[launch\] worker (\d) pid (\d+)", line):
-            pids[int(match.group(1))] = int(match.group(2))
-        if not signalled and re.search(r"worker-1: epoch 1/3 ", line):
-            time.sleep(0.5)
-            os.kill(pids[1], signal.SIGTERM)
-            signalled = True
-        assert time.monotonic() < deadline, "".join(lines[-50:])
-    log = "".join(lines)
-    assert launcher.wait(timeout=120) == 0, log[-5000:]
-    assert signalled
     assert log.count("with 4 replica(s) in sync") == 4  # 2 workers, started twice
     assert "global batch 32" in log
     saved = re.findall(r"worker-(\d): preempted: checkpoint saved at step (\d+)", log)
