@@ -11,7 +11,7 @@ EXTRAS ?= beam,cpu,airflow,postgres,dev,bench
 DEMO_DIR ?= demo-output
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: install test test-fast test-slow lint format demo airflow airflow-postgres bench clean lock
+.PHONY: install test test-fast test-slow test-images lint format demo airflow airflow-postgres bench clean lock
 
 install: $(STAMP)
 
@@ -32,7 +32,13 @@ test-fast: install
 
 # Long fault-injection runs (killed processes, concurrent DAG runs): tests/reliability.
 test-slow: install
-	$(BIN)/python -m pytest -m extended
+	$(BIN)/python -m pytest -m "extended and not images"
+
+# The container images built with podman (scripts/images.sh: installs podman, makes local
+# stand-ins of bases it cannot pull) and run as deployed: tests/deploy/test_images.py.
+test-images: install
+	scripts/images.sh build
+	$(BIN)/python -m pytest -m images
 
 # Benchmarks (not part of `make test`): bench/results/*.json, table, plot, docs/benchmarks.md.
 bench: install
@@ -41,7 +47,7 @@ bench: install
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/hadolint docker/*.Dockerfile
+	$(BIN)/hadolint docker/*.Dockerfile docker/standin/*.Dockerfile
 
 format: install
 	$(BIN)/ruff format .

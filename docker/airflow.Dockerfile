@@ -4,7 +4,11 @@
 # evaluates on the Airflow worker: docker/compose.yaml builds one worker with
 # --build-arg EXTRAS=beam,cpu,airflow and sends those two tasks to its queue.
 # Build from the repository root: docker build -f docker/airflow.Dockerfile -t imagepipe-airflow .
-FROM python:3.11.7-slim-bookworm AS build
+# PYTHON_IMAGE and AIRFLOW_IMAGE: the bases (scripts/images.sh passes local stand-ins where registries
+# cannot be reached).
+ARG PYTHON_IMAGE=python:3.11.7-slim-bookworm
+ARG AIRFLOW_IMAGE=apache/airflow:3.3.2-python3.11
+FROM ${PYTHON_IMAGE} AS build
 WORKDIR /src
 COPY pyproject.toml README.md constraints.txt ./
 COPY beam_jobs beam_jobs
@@ -16,7 +20,7 @@ COPY orchestration orchestration
 COPY datacheck datacheck
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
-FROM apache/airflow:3.3.2-python3.11
+FROM ${AIRFLOW_IMAGE}
 ARG EXTRAS=beam,airflow
 COPY --from=build /wheels /wheels
 COPY constraints.txt /opt/imagepipe/constraints.txt

@@ -3,7 +3,11 @@
 # beam_jobs and shardspec, which write the records without TensorFlow, so the image
 # installs no TensorFlow (about 500 MB and 9 s of import per worker process).
 # Build from the repository root: docker build -f docker/beam.Dockerfile -t beam-worker .
-FROM python:3.11.7-slim-bookworm AS build
+# PYTHON_IMAGE and BEAM_IMAGE: the bases (scripts/images.sh passes local stand-ins where registries
+# cannot be reached).
+ARG PYTHON_IMAGE=python:3.11.7-slim-bookworm
+ARG BEAM_IMAGE=apache/beam_python3.11_sdk:2.77.0
+FROM ${PYTHON_IMAGE} AS build
 WORKDIR /src
 COPY pyproject.toml README.md constraints.txt ./
 COPY beam_jobs beam_jobs
@@ -15,7 +19,7 @@ COPY datacheck datacheck
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
 # Same Beam and Python versions as constraints.txt, or the job fails at submission.
-FROM apache/beam_python3.11_sdk:2.77.0
+FROM ${BEAM_IMAGE}
 COPY --from=build /wheels /wheels
 COPY constraints.txt /tmp/constraints.txt
 RUN WHEEL="$(ls /wheels/*.whl)" \

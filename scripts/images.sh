@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# The project's container images, built and run with podman on this machine or any Linux one:
+#   scripts/images.sh build [trainer beam airflow airflow-training]  (default: all four)
+#       -> imagepipe-trainer:local, imagepipe-beam:local, imagepipe-airflow:local,
+#          imagepipe-airflow-training:local (the Airflow image with TensorFlow, compose's
+#          training worker); prints each image's build time and size
+#   scripts/images.sh podman ARGS...   podman with the flags this machine needs
+#   scripts/images.sh run|create ARGS... podman run or create with those flags (tests use it)
+# Installs Debian's podman, runc and debootstrap when missing (root or sudo). Where the official
+# bases cannot be pulled (no registry reachable, as on this project's machines), it builds local
+# stand-ins and passes them as build arguments; the Dockerfiles default to the official bases:
+#   python:3.11.7-slim-bookworm     <- debootstrap --variant=minbase bookworm + Debian's
+#                                      python3 (3.11.2) in a venv on PATH (podman import)
+#   apache/airflow:3.3.2-python3.11 <- docker/standin/airflow.Dockerfile
+#   apache/beam_python3.11_sdk:2.77.0 <- docker/standin/beam.Dockerfile
+# pip inside a build reaches the same package index as the host: the host's pip configuration
+# and the CA file it names are mounted read-only (nothing is copied into an image).
+# Runtime flags: runc (crun refuses hybrid cgroups), the host network (no CNI set-up needed),
+# ulimits within the machine's hard limits (podman's defaults exceed them).
+# TRAINER_EXTRAS: `gpu` (tensorflow[and-cuda]) where nvidia-smi runs, else `cpu`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+STANDIN="localhost/imagepipe-standin"
+RUN_FLAGS=(--network=host --ulimit nofile=1024:1024 --ulimit nproc=1024:1024)
+[[ "$(id -u)" == 0 ]] || SUDO=sudo
+
+install_tools() {
+  local missing=()
+  command -v podman >/dev/null || missing+=(podman)
+  command -v runc >/dev/null || missing+=(runc)
+  command -v debootstrap >/dev/null || missing+=(debootstrap)
+  ((${#missing[@]})) || return 0
+  echo "installing Debian's ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  ${SUDO:-} apt-get update -qq >&2
+  ${SUDO:-} apt-get install -y -qq --no-install-recommends "${missing[@]}" uidmap fuse-overlayfs >&2
+}
+
+pod() { ${SUDO:-} podman --runtime runc "$@"; }
+
+# -v flags that give a build the host's pip configuration and the CA file it names.
+pip_mounts() {
+  local file cert
+  for file in "${PIP_CONFIG_FILE:-}" /etc/pip.conf /etc/xdg/pip/pip.conf \
+    "$HOME/.config/pip/pip.conf" "$HOME/.pip/pip.conf"; do
+    if [[ -n "$file" && -f "$file" ]]; then
+      echo "-v" "$file:/etc/pip.conf:ro"
+      cert="$(sed -n 's/^ *cert *= *//p' "$file" | head -1)"
+      [[ -n "$cert" && -f "$cert" ]] && echo "-v" "$cert:$cert:ro"
+      return
+    fi
+  done
+}
+
+# Pull the official base, or say it cannot be pulled (one line, no podman error wall).
+pullable() { pod image exists "$1" || pod pull -q "$1" >/dev/null 2>&1; }
+
+python_standin() {
+  local name="$STANDIN/python:3.11-bookworm" rootfs=.images/rootfs
+  pod image exists "$name" && { echo "$name"; return; }
+  echo "building $name: debootstrap bookworm with Debian's python3 (~1 min)" >&2
+  ${SUDO:-} rm -rf "$rootfs" && mkdir -p .images
+  ${SUDO:-} debootstrap --variant=minbase --include=python3,python3-pip,python3-venv,ca-certificates \
+    bookworm "$rootfs" "$MIRROR" >.images/debootstrap.log 2>&1 \
+    || { echo "debootstrap failed: see .images/debootstrap.log" >&2; exit 1; }
+  # Debian's python3 refuses pip installs into the system (PEP 668): a venv on PATH stands in
+  # for the official image's /usr/local Python.
+  ${SUDO:-} chroot "$rootfs" python3 -m venv /usr/local/python
+  ${SUDO:-} rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
+  ${SUDO:-} tar -C "$rootfs" -c . | pod import \
+    --change "ENV PATH=/usr/local/python/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
+    --change "ENV LANG=C.UTF-8" --change 'CMD ["python3"]' - "$name" >/dev/null
+  ${SUDO:-} rm -rf "$rootfs"
+  echo "$name"
+}
+
+# The base to build on: the official image when it can be pulled, else the stand-in.
+base() {
+  local official="$1" standin="$2"
+  if pullable "$official"; then echo "$official"; return; fi
+  echo "$official cannot be pulled here: using the local stand-in $standin" >&2
+  if ! pod image exists "$standin"; then
+    pod build "${RUN_FLAGS[@]}" --build-arg PYTHON_IMAGE="$PYTHON_IMAGE" \
+      -f "docker/standin/${3}.Dockerfile" -t "$standin" docker/standin >&2
+  fi
+  echo "$standin"
+}
+
+build_one() {
+  local image="$1" dockerfile="$2" start size
+  shift 2
+  start=$SECONDS
+  # shellcheck disable=SC2046  # pip_mounts prints whole flags
+  pod build "${RUN_FLAGS[@]}" $(pip_mounts) "$@" -f "docker/$dockerfile.Dockerfile" -t "$image" .
+  size="$(pod image inspect --format '{{.Size}}' "$image")"
+  echo "built $image in $((SECONDS - start)) s, $((size / 1000000)) MB" | tee -a .images/builds.log
+}
+
+build() {
+  local targets=("$@") extras
+  ((${#targets[@]})) || targets=(trainer beam airflow airflow-training)
+  mkdir -p .images
+  if pullable python:3.11.7-slim-bookworm; then
+    PYTHON_IMAGE=python:3.11.7-slim-bookworm
+  else
+    echo "python:3.11.7-slim-bookworm cannot be pulled here: using a local stand-in" >&2
+    PYTHON_IMAGE="$(python_standin)"
+  fi
+  for target in "${targets[@]}"; do
+    case "$target" in
+      trainer)
+        extras="${TRAINER_EXTRAS:-$(nvidia-smi >/dev/null 2>&1 && echo gpu || echo cpu)}"
+        build_one imagepipe-trainer:local trainer --build-arg PYTHON_IMAGE="$PYTHON_IMAGE" \
+          --build-arg EXTRAS="$extras"
+        ;;
+      beam)
+        build_one imagepipe-beam:local beam --build-arg PYTHON_IMAGE="$PYTHON_IMAGE" \
+          --build-arg BEAM_IMAGE="$(base apache/beam_python3.11_sdk:2.77.0 "$STANDIN/beam:2.77.0" beam)"
+        ;;
+      airflow | airflow-training)
+        extras=beam,airflow
+        [[ "$target" == airflow-training ]] && extras=beam,cpu,airflow
+        build_one "imagepipe-$target:local" airflow --build-arg PYTHON_IMAGE="$PYTHON_IMAGE" \
+          --build-arg AIRFLOW_IMAGE="$(base apache/airflow:3.3.2-python3.11 "$STANDIN/airflow:3.3.2" airflow)" \
+          --build-arg EXTRAS="$extras"
+        ;;
+      *)
+        echo "unknown image $target: one of trainer beam airflow airflow-training" >&2
+        exit 2
+        ;;
+    esac
+  done
+}
+
+cmd="${1:-}"
+shift || true
+case "$cmd" in
+  build) install_tools && build "$@" ;;
+  podman) install_tools && pod "$@" ;;
+  run | create) install_tools && pod "$cmd" "${RUN_FLAGS[@]}" "$@" ;;
+  *)
+    echo "usage: $0 build [trainer beam airflow airflow-training] | podman ARGS... | run|create ARGS..." >&2
+    exit 2
+    ;;
+esac
