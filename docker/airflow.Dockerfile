@@ -24,6 +24,8 @@ FROM ${AIRFLOW_IMAGE}
 ARG EXTRAS=beam,airflow
 COPY --from=build /wheels /wheels
 COPY constraints.txt /opt/imagepipe/constraints.txt
+# pip 23 (the bases' own) cannot resolve the pinned set: upgrade it first, as make install does.
 RUN WHEEL="$(ls /wheels/*.whl)" \
+    && pip install --no-cache-dir pip==26.3 \
     && pip install --no-cache-dir -c /opt/imagepipe/constraints.txt "${WHEEL}[${EXTRAS}]"
 COPY --chown=airflow:0 dags /opt/airflow/dags

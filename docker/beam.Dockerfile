@@ -22,7 +22,9 @@ RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 FROM ${BEAM_IMAGE}
 COPY --from=build /wheels /wheels
 COPY constraints.txt /tmp/constraints.txt
+# pip 23 (the bases' own) cannot resolve the pinned set: upgrade it first, as make install does.
 RUN WHEEL="$(ls /wheels/*.whl)" \
+    && pip install --no-cache-dir pip==26.3 \
     && pip install --no-cache-dir -c /tmp/constraints.txt "${WHEEL}[beam]" \
     && rm -rf /wheels /tmp/constraints.txt
 # The base image's entry point (/opt/apache/beam/boot) starts the SDK harness.

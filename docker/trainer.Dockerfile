@@ -24,7 +24,9 @@ ENV PYTHONUNBUFFERED=1 TF_CPP_MIN_LOG_LEVEL=1 TF_CPU_ALLOCATOR_USE_BFC=true
 COPY --from=build /wheels /wheels
 COPY constraints.txt /tmp/constraints.txt
 # The gpu extra pins tensorflow[and-cuda] to the same TensorFlow as the CPU lock.
+# pip 23 (the bases' own) cannot resolve the pinned set: upgrade it first, as make install does.
 RUN WHEEL="$(ls /wheels/*.whl)" \
+    && pip install --no-cache-dir pip==26.3 \
     && pip install --no-cache-dir -c /tmp/constraints.txt "${WHEEL}[${EXTRAS}]" \
     && rm -rf /wheels /tmp/constraints.txt \
     && useradd --create-home --uid 1000 trainer

@@ -9,8 +9,8 @@
 # Installs Debian's podman, runc and debootstrap when missing (root or sudo). Where the official
 # bases cannot be pulled (no registry reachable, as on this project's machines), it builds local
 # stand-ins and passes them as build arguments; the Dockerfiles default to the official bases:
-#   python:3.11.7-slim-bookworm     <- debootstrap --variant=minbase bookworm + Debian's
-#                                      python3 (3.11.2) in a venv on PATH (podman import)
+#   python:3.11.7-slim-bookworm     <- debootstrap --variant=minbase bookworm + this machine's
+#                                      CPython 3.11 under /usr/local (podman import)
 #   apache/airflow:3.3.2-python3.11 <- docker/standin/airflow.Dockerfile
 #   apache/beam_python3.11_sdk:2.77.0 <- docker/standin/beam.Dockerfile
 # pip inside a build reaches the same package index as the host: the host's pip configuration
@@ -57,20 +57,48 @@ pip_mounts() {
 # Pull the official base, or say it cannot be pulled (one line, no podman error wall).
 pullable() { pod image exists "$1" || pod pull -q "$1" >/dev/null 2>&1; }
 
+# The CPython that make install's venv uses (its base prefix), as the official python image
+# has it: under /usr/local, on Debian bookworm with the libraries it links to. Debian's own
+# python3 (3.11.2) would not do: pinned packages need newer 3.11 releases (gcloud-aio-auth
+# 5.6 needs >= 3.11.3), which is also why make install never runs on it.
+host_python() {
+  local python
+  for python in .venv/bin/python python3.11 python3; do
+    command -v "$python" >/dev/null && break
+  done
+  "$python" -c 'import sys; assert sys.version_info[:2] == (3, 11), "Python 3.11 needed"
+print(sys.base_prefix, "%d.%d.%d" % sys.version_info[:3])'
+}
+
 python_standin() {
-  local name="$STANDIN/python:3.11-bookworm" rootfs=.images/rootfs
+  local prefix version name rootfs=.images/rootfs
+  read -r prefix version < <(host_python)
+  if [[ "$prefix" == /usr ]]; then
+    echo "the Python stand-in copies this machine's CPython from its own prefix; $prefix is the system's: install a CPython 3.11 of its own (pyenv) or build where the official base can be pulled" >&2
+    exit 1
+  fi
+  name="$STANDIN/python:$version-bookworm"
   pod image exists "$name" && { echo "$name"; return; }
-  echo "building $name: debootstrap bookworm with Debian's python3 (~1 min)" >&2
+  echo "building $name: debootstrap bookworm + the host's CPython $version (~1 min)" >&2
   ${SUDO:-} rm -rf "$rootfs" && mkdir -p .images
-  ${SUDO:-} debootstrap --variant=minbase --include=python3,python3-pip,python3-venv,ca-certificates \
+  ${SUDO:-} debootstrap --variant=minbase \
+    --include=ca-certificates,libssl3,libffi8,libsqlite3-0,libbz2-1.0,liblzma5,libreadline8,libncursesw6,libuuid1,zlib1g,libexpat1,libnsl2,libtirpc3 \
     bookworm "$rootfs" "$MIRROR" >.images/debootstrap.log 2>&1 \
     || { echo "debootstrap failed: see .images/debootstrap.log" >&2; exit 1; }
-  # Debian's python3 refuses pip installs into the system (PEP 668): a venv on PATH stands in
-  # for the official image's /usr/local Python.
-  ${SUDO:-} chroot "$rootfs" python3 -m venv /usr/local/python
+  ${SUDO:-} tar -C "$prefix" --exclude=./lib/python3.11/site-packages --exclude=./lib/python3.11/test \
+    --exclude='./lib/python3.11/config-3.11-*/*.a' --exclude=./lib/python3.11/idlelib \
+    --exclude=./lib/python3.11/tkinter --exclude=./bin --exclude=./share --exclude=./include \
+    -c . | ${SUDO:-} tar -C "$rootfs/usr/local" -x
+  ${SUDO:-} mkdir -p "$rootfs/usr/local/bin" "$rootfs/usr/local/lib/python3.11/site-packages"
+  ${SUDO:-} cp "$prefix/bin/python3.11" "$rootfs/usr/local/bin/"
+  ${SUDO:-} ln -sf python3.11 "$rootfs/usr/local/bin/python3"
+  ${SUDO:-} ln -sf python3 "$rootfs/usr/local/bin/python"
+  ${SUDO:-} chroot "$rootfs" ldconfig
+  ${SUDO:-} chroot "$rootfs" /usr/local/bin/python3 -m ensurepip --default-pip >/dev/null
+  ${SUDO:-} chroot "$rootfs" /usr/local/bin/python3 -c 'import ssl, sqlite3, ctypes, lzma, bz2, zlib'
   ${SUDO:-} rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
   ${SUDO:-} tar -C "$rootfs" -c . | pod import \
-    --change "ENV PATH=/usr/local/python/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
+    --change "ENV PATH=/usr/local/bin:/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin" \
     --change "ENV LANG=C.UTF-8" --change 'CMD ["python3"]' - "$name" >/dev/null
   ${SUDO:-} rm -rf "$rootfs"
   echo "$name"

@@ -6,10 +6,11 @@
 # waiting for the database, _AIRFLOW_DB_MIGRATE); compose runs `db migrate` as its own service.
 ARG PYTHON_IMAGE=localhost/imagepipe-standin/python:3.11-bookworm
 FROM ${PYTHON_IMAGE}
-ENV AIRFLOW_HOME=/opt/airflow
+# As the official image: pip installs as the airflow user into ~/.local.
+ENV AIRFLOW_HOME=/opt/airflow PIP_USER=true PATH=/home/airflow/.local/bin:${PATH}
 RUN useradd --uid 50000 --gid 0 --create-home airflow \
     && mkdir -p /opt/airflow \
-    && chown -R airflow:0 /opt/airflow /usr/local/python
+    && chown -R airflow:0 /opt/airflow
 USER 50000
 WORKDIR /opt/airflow
 ENTRYPOINT ["airflow"]
