@@ -61,6 +61,7 @@ def smoke(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # the smoke run (every benchmark, 3 DAG runs): 5-8 min
 @pytest.mark.parametrize("name", sorted(RATIOS))
 def test_each_benchmark_writes_named_ratios_and_the_machine(smoke, name):
     results, _ = smoke
@@ -72,6 +73,7 @@ def test_each_benchmark_writes_named_ratios_and_the_machine(smoke, name):
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # the smoke run (every benchmark, 3 DAG runs): 5-8 min
 def test_report_writes_table_and_plot(smoke):
     results, stdout = smoke
     table = (results / "results.md").read_text()
@@ -108,6 +110,7 @@ def test_training_step_time_is_split_by_what_the_runs_differ_in():
 
 
 @pytest.mark.slow
+@pytest.mark.extended  # the smoke run (every benchmark, 3 DAG runs): 5-8 min
 def test_the_smoke_run_reports_the_step_breakdown(smoke):
     results, _ = smoke
     breakdown = json.loads((results / "training.json").read_text())["step_time_breakdown_ms"]

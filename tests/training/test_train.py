@@ -118,7 +118,11 @@ def test_every_run_diagnoses_its_input(two_worker_run):
     found = metrics["input_diagnosis"]
     assert found["compute_step_ms"] > 0
     assert found["decode_ceiling_images_per_second_per_worker"] > 0
-    assert found["advice"].startswith(("input-bound", "compute-bound"))
+    # Which of the three sentences depends on the machine's load; the run with the decode
+    # cache says decoding is not the cause when input waits are high (seen on a loaded CI).
+    assert found["advice"].startswith(("input-bound", "compute-bound")) or (
+        "decoding is not the cause" in found["advice"]
+    )
     assert f"input diagnosis: {found['advice']}" in log
     shares = [epoch["input_wait_share"] for epoch in metrics["epochs"][1:]]
     assert all(0.0 <= share <= 1.0 for share in shares)
