@@ -7,7 +7,7 @@ PYTHON ?= $(shell command -v python3.11 >/dev/null 2>&1 && echo python3.11 || ec
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-EXTRAS ?= beam,cpu,airflow,postgres,dev,bench
+EXTRAS ?= beam,cpu,airflow,postgres,celery,dev,bench
 DEMO_DIR ?= demo-output
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 

@@ -2,7 +2,7 @@
 # the scheduler, API server and workers shard (Beam) and publish, and with the kubernetes or
 # vertex launcher the trainers evaluate where they train. The local launcher trains and
 # evaluates on the Airflow worker: docker/compose.yaml builds one worker with
-# --build-arg EXTRAS=beam,cpu,airflow and sends those two tasks to its queue.
+# --build-arg EXTRAS=beam,cpu,airflow,postgres,celery and sends those two tasks to its queue.
 # Build from the repository root: docker build -f docker/airflow.Dockerfile -t imagepipe-airflow .
 # PYTHON_IMAGE and AIRFLOW_IMAGE: the bases (scripts/images.sh passes local stand-ins where registries
 # cannot be reached).
@@ -21,7 +21,9 @@ COPY datacheck datacheck
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
 FROM ${AIRFLOW_IMAGE}
-ARG EXTRAS=beam,airflow
+# postgres and celery: compose.yaml's metadata database and executor (installed here, pinned,
+# rather than taken from whatever the base bundles).
+ARG EXTRAS=beam,airflow,postgres,celery
 COPY --from=build /wheels /wheels
 COPY constraints.txt /opt/imagepipe/constraints.txt
 # pip 23 (the bases' own) cannot resolve the pinned set: upgrade it first, as make install does.
@@ -29,3 +31,8 @@ RUN WHEEL="$(ls /wheels/*.whl)" \
     && pip install --no-cache-dir pip==26.3 \
     && pip install --no-cache-dir -c /opt/imagepipe/constraints.txt "${WHEEL}[${EXTRAS}]"
 COPY --chown=airflow:0 dags /opt/airflow/dags
+# compose.yaml mounts a named volume at /data: an empty volume takes this folder's owner, so
+# the airflow user can write runs and models there.
+USER 0
+RUN mkdir -p /data && chown airflow:0 /data
+USER 50000

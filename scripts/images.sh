@@ -6,6 +6,8 @@
 #          training worker); prints each image's build time and size
 #   scripts/images.sh podman ARGS...   podman with the flags this machine needs
 #   scripts/images.sh run|create ARGS... podman run or create with those flags (tests use it)
+#   scripts/images.sh compose-up       docker/compose.yaml up with podman-compose, in order
+#   scripts/images.sh compose ARGS...  podman-compose on it (ps, logs SERVICE, down -v)
 # Installs Debian's podman, runc and debootstrap when missing (root or sudo). Where the official
 # bases cannot be pulled (no registry reachable, as on this project's machines), it builds local
 # stand-ins and passes them as build arguments; the Dockerfiles default to the official bases:
@@ -116,6 +118,15 @@ base() {
   echo "$standin"
 }
 
+python_base() {
+  if pullable python:3.11.7-slim-bookworm; then
+    echo python:3.11.7-slim-bookworm
+  else
+    echo "python:3.11.7-slim-bookworm cannot be pulled here: using a local stand-in" >&2
+    python_standin
+  fi
+}
+
 build_one() {
   local image="$1" dockerfile="$2" start size
   shift 2
@@ -130,12 +141,7 @@ build() {
   local targets=("$@") extras
   ((${#targets[@]})) || targets=(trainer beam airflow airflow-training)
   mkdir -p .images
-  if pullable python:3.11.7-slim-bookworm; then
-    PYTHON_IMAGE=python:3.11.7-slim-bookworm
-  else
-    echo "python:3.11.7-slim-bookworm cannot be pulled here: using a local stand-in" >&2
-    PYTHON_IMAGE="$(python_standin)"
-  fi
+  PYTHON_IMAGE="$(python_base)"
   for target in "${targets[@]}"; do
     case "$target" in
       trainer)
@@ -148,8 +154,8 @@ build() {
           --build-arg BEAM_IMAGE="$(base apache/beam_python3.11_sdk:2.77.0 "$STANDIN/beam:2.77.0" beam)"
         ;;
       airflow | airflow-training)
-        extras=beam,airflow
-        [[ "$target" == airflow-training ]] && extras=beam,cpu,airflow
+        extras=beam,airflow,postgres,celery
+        [[ "$target" == airflow-training ]] && extras=beam,cpu,airflow,postgres,celery
         build_one "imagepipe-$target:local" airflow --build-arg PYTHON_IMAGE="$PYTHON_IMAGE" \
           --build-arg AIRFLOW_IMAGE="$(base apache/airflow:3.3.2-python3.11 "$STANDIN/airflow:3.3.2" airflow)" \
           --build-arg EXTRAS="$extras"
@@ -162,14 +168,60 @@ build() {
   done
 }
 
+# docker/compose.yaml as written, under podman-compose (from PyPI, in .images/compose-venv)
+# with docker/compose.podman.yaml, the images `build` made and stand-ins for PostgreSQL and
+# Redis where their images cannot be pulled. COMPOSE_ENV_FILE: the secrets (default
+# docker/.env, written by scripts/make-env.sh when missing).
+compose() {
+  local venv=.images/compose-venv
+  if [[ ! -x "$venv/bin/podman-compose" ]]; then
+    python3 -m venv "$venv" && "$venv/bin/pip" install --quiet podman-compose==1.6.0 >&2
+  fi
+  local env_file="${COMPOSE_ENV_FILE:-docker/.env}"
+  [[ -f "$env_file" ]] || scripts/make-env.sh "$env_file" >&2
+  PYTHON_IMAGE="$(python_base)"
+  IMAGEPIPE_POSTGRES_IMAGE="$(base postgres:15-bookworm "$STANDIN/postgres:15" postgres)"
+  IMAGEPIPE_REDIS_IMAGE="$(base redis:7.4.2-bookworm "$STANDIN/redis:7" redis)"
+  export IMAGEPIPE_POSTGRES_IMAGE IMAGEPIPE_REDIS_IMAGE
+  export IMAGEPIPE_AIRFLOW_IMAGE=localhost/imagepipe-airflow:local
+  export IMAGEPIPE_AIRFLOW_TRAINING_IMAGE=localhost/imagepipe-airflow-training:local
+  ${SUDO:+$SUDO --preserve-env} "$venv/bin/podman-compose" --podman-run-args="--runtime runc" \
+    -p imagepipe -f docker/compose.yaml -f docker/compose.podman.yaml --env-file "$env_file" "$@"
+}
+
+# Podman 4.3 cannot wait for a health check (podman-compose skips `service_healthy` before
+# podman 4.6, and health checks need systemd timers): create every container, then start
+# them in the order compose.yaml's conditions say, checking each step here.
+compose_up() {
+  local tries
+  compose up -d --no-build --no-start
+  pod start imagepipe_postgres_1 imagepipe_redis_1 >/dev/null
+  for tries in $(seq 60); do
+    pod exec imagepipe_postgres_1 pg_isready -q -U airflow && break
+    ((tries < 60)) || { echo "PostgreSQL did not start: podman logs imagepipe_postgres_1" >&2; exit 1; }
+    sleep 2
+  done
+  pod start imagepipe_airflow-init_1 >/dev/null
+  if [[ "$(pod wait imagepipe_airflow-init_1)" != 0 ]]; then
+    echo "airflow db migrate failed: podman logs imagepipe_airflow-init_1" >&2
+    exit 1
+  fi
+  pod start imagepipe_airflow-apiserver_1 imagepipe_airflow-scheduler_1 \
+    imagepipe_airflow-dag-processor_1 imagepipe_airflow-triggerer_1 imagepipe_airflow-worker_1 \
+    imagepipe_airflow-worker-training_1 >/dev/null
+  echo "started: API server on http://127.0.0.1:8080 (scripts/images.sh compose ps)"
+}
+
 cmd="${1:-}"
 shift || true
 case "$cmd" in
   build) install_tools && build "$@" ;;
   podman) install_tools && pod "$@" ;;
   run | create) install_tools && pod "$cmd" "${RUN_FLAGS[@]}" "$@" ;;
+  compose) install_tools && compose "$@" ;;
+  compose-up) install_tools && compose_up ;;
   *)
-    echo "usage: $0 build [trainer beam airflow airflow-training] | podman ARGS... | run|create ARGS..." >&2
+    echo "usage: $0 build [trainer beam airflow airflow-training] | podman ARGS... | run|create ARGS... | compose-up | compose ARGS..." >&2
     exit 2
     ;;
 esac

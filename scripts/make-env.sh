@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Write docker/.env with fresh random secrets (never committed: .env is git-ignored).
+# Write docker/.env (or the file given) with fresh random secrets (never committed: .env is
+# git-ignored).
 set -euo pipefail
-ENV_FILE="$(cd "$(dirname "$0")/.." && pwd)/docker/.env"
+ENV_FILE="${1:-$(cd "$(dirname "$0")/.." && pwd)/docker/.env}"
 if [[ -e "$ENV_FILE" ]]; then
   echo "$ENV_FILE exists; delete it first to rotate the secrets" >&2
   exit 1
