@@ -1,0 +1,178 @@
+#!/usr/bin/env bash
+# Real Apache Flink (and Spark) clusters on localhost for the sharding job's portable runners:
+#   scripts/clusters.sh flink start DIR   JobManager + 2 TaskManagers (separate JVMs from the
+#                                         engine's own scripts) + a Beam SDK worker pool; prints
+#                                         the Beam options that run the job there
+#   scripts/clusters.sh flink stop DIR
+#   scripts/clusters.sh flink options DIR the same options again (one per line)
+# Everything it fetches is cached under .clusters/ (CLUSTERS_CACHE): Flink 1.19.3 (its jars from
+# PyPI's apache-flink-libraries, its bin/ scripts from the apache-flink wheel: the distribution
+# itself, flink-dist, is not on Maven Central) and Beam's Flink job server, resolved by Maven.
+#
+# Versions (docs/deploy.md says why): Beam publishes the job server as one shaded jar
+# (beam-runners-flink-<flink>-job-server); Maven Central serves none of them here, for any
+# Beam version. Its parts are served: beam-runners-flink-1.19 up to 2.70.0 and
+# beam-runners-java-job-service up to 2.65.0, so the newest job server that resolves is Beam
+# 2.62.0's for Flink 1.19. It runs this project's Beam 2.77 Python pipelines (the portability
+# API is versioned): the shards are byte-identical to the local runner's.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REPO="$(pwd)"
+CACHE="${CLUSTERS_CACHE:-$REPO/.clusters}"
+FLINK_VERSION=1.19.3
+BEAM_JOB_SERVER_VERSION=2.62.0
+FLINK_HOME="$CACHE/flink-$FLINK_VERSION"
+JOB_SERVER_DIR="$CACHE/beam-flink-1.19-job-server-$BEAM_JOB_SERVER_VERSION"
+JOB_SERVER_JAR="$JOB_SERVER_DIR/beam-runners-flink-1.19-job-server-$BEAM_JOB_SERVER_VERSION.jar"
+PYTHON="${PYTHON:-$REPO/.venv/bin/python}"
+
+free_port() {
+  "$PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+fetch_flink() {
+  [[ -f "$FLINK_HOME/.complete" ]] && return
+  echo "fetching Flink $FLINK_VERSION from PyPI (apache-flink-libraries: ~230 MB, once)" >&2
+  local tmp="$CACHE/download"
+  rm -rf "$tmp" "$FLINK_HOME" && mkdir -p "$tmp" "$FLINK_HOME"
+  "$PYTHON" -m pip download --quiet --no-deps --no-binary :all: -d "$tmp" \
+    "apache-flink-libraries==$FLINK_VERSION" >&2
+  "$PYTHON" -m pip download --quiet --no-deps --only-binary :all: -d "$tmp" \
+    "apache-flink==$FLINK_VERSION" >&2
+  tar -xzf "$tmp"/apache-flink-libraries-*.tar.gz -C "$tmp"
+  mv "$tmp"/apache-flink-libraries-*/deps/lib "$FLINK_HOME/lib"
+  (cd "$tmp" && "$PYTHON" -m zipfile -e apache_flink-*.whl wheel)
+  mv "$tmp/wheel/pyflink/bin" "$FLINK_HOME/bin"
+  mv "$tmp/wheel/pyflink/conf" "$FLINK_HOME/conf.dist"
+  cp "$tmp"/apache-flink-libraries-*/deps/bin/bash-java-utils.jar "$FLINK_HOME/bin/"
+  chmod +x "$FLINK_HOME"/bin/*.sh "$FLINK_HOME/bin/flink"
+  rm -rf "$tmp"
+  touch "$FLINK_HOME/.complete"
+}
+
+# Beam's Flink job server as Maven resolves it: the runner and its dependencies in lib/, and a
+# thin jar whose manifest names them, so `java -jar` (what Beam's FlinkRunner runs for
+# --flink_job_server_jar) starts FlinkJobServerDriver.
+fetch_job_server() {
+  [[ -f "$JOB_SERVER_JAR" ]] && return
+  echo "resolving Beam's Flink job server $BEAM_JOB_SERVER_VERSION with Maven (~150 MB, once)" >&2
+  rm -rf "$JOB_SERVER_DIR" && mkdir -p "$JOB_SERVER_DIR"
+  cat >"$JOB_SERVER_DIR/pom.xml" <<POM
+<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>imagepipe</groupId><artifactId>flink-job-server</artifactId><version>1</version>
+  <packaging>pom</packaging>
+  <dependencies>
+    <dependency><groupId>org.apache.beam</groupId><artifactId>beam-runners-flink-1.19</artifactId>
+      <version>$BEAM_JOB_SERVER_VERSION</version></dependency>
+    <dependency><groupId>org.slf4j</groupId><artifactId>slf4j-simple</artifactId>
+      <version>1.7.30</version></dependency>
+  </dependencies>
+</project>
+POM
+  (cd "$JOB_SERVER_DIR" && mvn -q -B dependency:copy-dependencies -DoutputDirectory=lib \
+    -DincludeScope=runtime >&2)
+  "$PYTHON" - "$JOB_SERVER_DIR" "$JOB_SERVER_JAR" <<'PY'
+import pathlib, sys, zipfile
+folder, jar = pathlib.Path(sys.argv[1]), sys.argv[2]
+libs = sorted(p.name for p in (folder / "lib").glob("*.jar"))
+lines = ["Manifest-Version: 1.0",
+         "Main-Class: org.apache.beam.runners.flink.FlinkJobServerDriver",
+         "Class-Path: " + " ".join(f"lib/{name}" for name in libs)]
+text, out = "\r\n".join(lines), []
+for line in text.split("\r\n"):  # manifest lines: at most 72 bytes, continued with a space
+    out.append(line[:72])
+    out.extend(" " + line[i:i + 71] for i in range(72, len(line), 71))
+with zipfile.ZipFile(jar, "w") as z:
+    z.writestr("META-INF/MANIFEST.MF", "\r\n".join(out) + "\r\n")
+PY
+}
+
+flink_conf() {
+  local dir="$1" rest_port="$2" rpc_port="$3"
+  mkdir -p "$dir/conf"
+  cp "$FLINK_HOME"/conf.dist/log4j*.properties "$dir/conf/"
+  "$PYTHON" - "$FLINK_HOME/conf.dist/config.yaml" "$dir/conf/config.yaml" "$rest_port" "$rpc_port" <<'PY'
+import sys, yaml
+conf = yaml.safe_load(open(sys.argv[1]))
+conf["jobmanager"]["rpc"]["port"] = int(sys.argv[4])
+conf["jobmanager"]["memory"]["process"]["size"] = "1024m"
+conf["taskmanager"]["memory"]["process"]["size"] = "1280m"
+conf["taskmanager"]["numberOfTaskSlots"] = 1  # 2 TaskManagers: parallelism 2 across processes
+conf["parallelism"]["default"] = 2
+conf["rest"]["port"] = int(sys.argv[3])
+# A failed task restarts the job from scratch twice (a batch job has no checkpoints), then the
+# job fails; the sharding job's output is committed only when the whole job succeeds.
+conf["restart-strategy"] = {"type": "fixed-delay", "fixed-delay": {"attempts": 2, "delay": "2 s"}}
+yaml.safe_dump(conf, open(sys.argv[2], "w"))
+PY
+}
+
+flink_env() {
+  local dir="$1"
+  export FLINK_CONF_DIR="$dir/conf" FLINK_LOG_DIR="$dir/log" FLINK_PID_DIR="$dir"
+}
+
+flink_start() {
+  local dir="$1"
+  fetch_flink
+  fetch_job_server
+  mkdir -p "$dir/log"
+  local rest_port rpc_port pool_port
+  rest_port="$(free_port)" rpc_port="$(free_port)" pool_port="$(free_port)"
+  flink_conf "$dir" "$rest_port" "$rpc_port"
+  flink_env "$dir"
+  # The daemons keep their inherited descriptors: give them none of the caller's.
+  local verb
+  for verb in jobmanager taskmanager taskmanager; do
+    setsid "$FLINK_HOME/bin/$verb.sh" start </dev/null >>"$dir/log/start.log" 2>&1
+  done
+  # The Python SDK workers: a pool that starts one worker process per request (EXTERNAL), with
+  # the `python` on PATH: this one's.
+  (cd "$REPO" && PATH="$(dirname "$PYTHON"):$PATH" setsid nohup "$PYTHON" -m apache_beam.runners.worker.worker_pool_main \
+    --service_port "$pool_port" </dev/null >"$dir/log/sdk-worker-pool.log" 2>&1 &
+    echo $! >"$dir/sdk-worker-pool.pid")
+  local tries slots
+  for tries in $(seq 90); do
+    slots="$(curl -sf "http://localhost:$rest_port/overview" \
+      | "$PYTHON" -c 'import json, sys; print(json.load(sys.stdin)["slots-total"])' 2>/dev/null || true)"
+    [[ "$slots" == 2 ]] && break
+    ((tries < 90)) || { echo "Flink did not come up: see $dir/log" >&2; exit 1; }
+    sleep 1
+  done
+  cat >"$dir/options" <<OPTIONS
+--runner=FlinkRunner
+--flink_master=localhost:$rest_port
+--flink_version=1.19
+--flink_job_server_jar=$JOB_SERVER_JAR
+--environment_type=EXTERNAL
+--environment_config=localhost:$pool_port
+--parallelism=2
+OPTIONS
+  echo "Flink $FLINK_VERSION: JobManager http://localhost:$rest_port, 2 TaskManagers; SDK worker pool localhost:$pool_port" >&2
+  cat "$dir/options"
+}
+
+flink_stop() {
+  local dir="$1"
+  [[ -f "$dir/conf/config.yaml" ]] || return 0
+  flink_env "$dir"
+  "$FLINK_HOME/bin/taskmanager.sh" stop-all >/dev/null 2>&1 || true
+  "$FLINK_HOME/bin/jobmanager.sh" stop-all >/dev/null 2>&1 || true
+  if [[ -f "$dir/sdk-worker-pool.pid" ]]; then
+    pkill -TERM -P "$(cat "$dir/sdk-worker-pool.pid")" 2>/dev/null || true
+    kill "$(cat "$dir/sdk-worker-pool.pid")" 2>/dev/null || true
+    rm -f "$dir/sdk-worker-pool.pid"
+  fi
+}
+
+usage() { echo "usage: $0 flink start|stop|options DIR" >&2; exit 2; }
+engine="${1:-}" verb="${2:-}" dir="${3:-}"
+[[ "$engine" == flink && -n "$dir" ]] || usage
+mkdir -p "$dir" && dir="$(cd "$dir" && pwd)"
+case "$verb" in
+  start) flink_start "$dir" ;;
+  stop) flink_stop "$dir" ;;
+  options) cat "$dir/options" ;;
+  *) usage ;;
+esac
