@@ -11,7 +11,7 @@ EXTRAS ?= beam,cpu,airflow,postgres,celery,dev,bench
 DEMO_DIR ?= demo-output
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: install test test-fast test-slow test-images lint format demo airflow airflow-postgres bench clean lock
+.PHONY: install test test-fast test-slow test-images test-clusters lint format demo airflow airflow-postgres bench clean lock
 
 install: $(STAMP)
 
@@ -32,7 +32,12 @@ test-fast: install
 
 # Long fault-injection runs (killed processes, concurrent DAG runs): tests/reliability.
 test-slow: install
-	$(BIN)/python -m pytest -m "extended and not images"
+	$(BIN)/python -m pytest -m "extended and not images and not clusters"
+
+# The sharding job on a Flink cluster on localhost (scripts/clusters.sh: fetches Flink and
+# Beam's job server once into .clusters/): tests/deploy/test_flink.py.
+test-clusters: install
+	$(BIN)/python -m pytest -m clusters
 
 # The container images built with podman (scripts/images.sh: installs podman, makes local
 # stand-ins of bases it cannot pull) and run as deployed: tests/deploy/test_images.py.

@@ -5,6 +5,7 @@
 #                                         the Beam options that run the job there
 #   scripts/clusters.sh flink stop DIR
 #   scripts/clusters.sh flink options DIR the same options again (one per line)
+#   scripts/clusters.sh flink taskmanager DIR   one more TaskManager (after one was lost)
 # Everything it fetches is cached under .clusters/ (CLUSTERS_CACHE): Flink 1.19.3 (its jars from
 # PyPI's apache-flink-libraries, its bin/ scripts from the apache-flink wheel: the distribution
 # itself, flink-dist, is not on Maven Central) and Beam's Flink job server, resolved by Maven.
@@ -104,6 +105,10 @@ conf["rest"]["port"] = int(sys.argv[3])
 # A failed task restarts the job from scratch twice (a batch job has no checkpoints), then the
 # job fails; the sharding job's output is committed only when the whole job succeeds.
 conf["restart-strategy"] = {"type": "fixed-delay", "fixed-delay": {"attempts": 2, "delay": "2 s"}}
+# A lost TaskManager is noticed within 20 s, and a restart that cannot get its slots gives up
+# after 30 s (the defaults, 50 s and 5 min, suit clusters that replace their TaskManagers).
+conf["heartbeat"] = {"interval": 4000, "timeout": 20000}
+conf["slot"] = {"request": {"timeout": 30000}}
 yaml.safe_dump(conf, open(sys.argv[2], "w"))
 PY
 }
@@ -128,10 +133,10 @@ flink_start() {
     setsid "$FLINK_HOME/bin/$verb.sh" start </dev/null >>"$dir/log/start.log" 2>&1
   done
   # The Python SDK workers: a pool that starts one worker process per request (EXTERNAL), with
-  # the `python` on PATH: this one's.
-  (cd "$REPO" && PATH="$(dirname "$PYTHON"):$PATH" setsid nohup "$PYTHON" -m apache_beam.runners.worker.worker_pool_main \
+  # the `python` on PATH: this one's. In its own session, holding none of the caller's files.
+  PATH="$(dirname "$PYTHON"):$PATH" setsid "$PYTHON" -m apache_beam.runners.worker.worker_pool_main \
     --service_port "$pool_port" </dev/null >"$dir/log/sdk-worker-pool.log" 2>&1 &
-    echo $! >"$dir/sdk-worker-pool.pid")
+  echo $! >"$dir/sdk-worker-pool.pid"
   local tries slots
   for tries in $(seq 90); do
     slots="$(curl -sf "http://localhost:$rest_port/overview" \
@@ -166,7 +171,7 @@ flink_stop() {
   fi
 }
 
-usage() { echo "usage: $0 flink start|stop|options DIR" >&2; exit 2; }
+usage() { echo "usage: $0 flink start|stop|options|taskmanager DIR" >&2; exit 2; }
 engine="${1:-}" verb="${2:-}" dir="${3:-}"
 [[ "$engine" == flink && -n "$dir" ]] || usage
 mkdir -p "$dir" && dir="$(cd "$dir" && pwd)"
@@ -174,5 +179,9 @@ case "$verb" in
   start) flink_start "$dir" ;;
   stop) flink_stop "$dir" ;;
   options) cat "$dir/options" ;;
+  taskmanager)
+    flink_env "$dir"
+    setsid "$FLINK_HOME/bin/taskmanager.sh" start </dev/null >>"$dir/log/start.log" 2>&1
+    ;;
   *) usage ;;
 esac
