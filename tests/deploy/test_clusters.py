@@ -1,6 +1,7 @@
-"""The sharding job on a real Apache Flink cluster started here (`make test-clusters`):
-a JobManager and two TaskManagers as separate JVMs, Beam's Flink job server, Python SDK
-workers from a worker pool (EXTERNAL), parallelism 2 (scripts/clusters.sh)."""
+"""The sharding job on real Apache Flink and Apache Spark clusters started here
+(`make test-clusters`, scripts/clusters.sh): a Flink JobManager and two TaskManagers, a
+Spark standalone master and two workers, each a separate JVM; Beam's job servers; Python
+SDK workers from a worker pool (EXTERNAL); two slots or cores."""
 
 from __future__ import annotations
 
@@ -27,19 +28,32 @@ CLUSTERS = str(REPO / "scripts" / "clusters.sh")
 pytestmark = [pytest.mark.extended, pytest.mark.clusters, pytest.mark.timeout(1200)]
 
 
-@pytest.fixture(scope="module")
-def flink(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("flink")
+def _cluster(engine: str, folder: Path):
     started = subprocess.run(
-        [CLUSTERS, "flink", "start", str(folder)], capture_output=True, text=True, timeout=900
+        [CLUSTERS, engine, "start", str(folder)], capture_output=True, text=True, timeout=900
     )
     try:
         assert started.returncode == 0, started.stderr[-3000:]
         options = started.stdout.split()
-        assert options[0] == "--runner=FlinkRunner"
+        assert options[0] == f"--runner={engine.capitalize()}Runner"
         yield folder, options
     finally:
-        subprocess.run([CLUSTERS, "flink", "stop", str(folder)], timeout=120)
+        subprocess.run([CLUSTERS, engine, "stop", str(folder)], timeout=120)
+
+
+@pytest.fixture(scope="module")
+def flink(tmp_path_factory):
+    yield from _cluster("flink", tmp_path_factory.mktemp("flink"))
+
+
+@pytest.fixture(scope="module")
+def spark(tmp_path_factory):
+    yield from _cluster("spark", tmp_path_factory.mktemp("spark"))
+
+
+@pytest.fixture(params=["flink", "spark"])
+def cluster(request):
+    return request.param, *request.getfixturevalue(request.param)
 
 
 def _job(images, output, options, *flags) -> subprocess.CompletedProcess:
@@ -65,27 +79,33 @@ def _jobs(options) -> list[dict]:
         return json.load(response)["jobs"]
 
 
-def test_shards_on_flink_are_byte_identical_to_the_local_runners(
-    flink, sample_with_corrupt, tmp_path
+def test_shards_on_a_cluster_are_byte_identical_to_the_local_runners(
+    cluster, sample_with_corrupt, tmp_path
 ):
-    _, options = flink
+    engine, folder, options = cluster
     images, corrupt = sample_with_corrupt
     flags = ["--max-error-fraction", "0.2"]
-    on_flink = _job(images, tmp_path / "flink", options, *flags)
-    assert on_flink.returncode == 0, on_flink.stderr[-5000:]
+    on_cluster = _job(images, tmp_path / engine, options, *flags)
+    assert on_cluster.returncode == 0, on_cluster.stderr[-5000:]
     assert shard_job(images, tmp_path / "local", *flags, in_process=False) == 0
-    flink_files = _digests(tmp_path / "flink")
-    assert any(name.endswith(".tfrecord") for name in flink_files)
-    assert flink_files == _digests(tmp_path / "local")  # shards, dead letters, copy lists
+    cluster_files = _digests(tmp_path / engine)
+    assert any(name.endswith(".tfrecord") for name in cluster_files)
+    assert cluster_files == _digests(tmp_path / "local")  # shards, dead letters, copy lists
     refused = [
-        line for f in (tmp_path / "flink").glob("errors/*") for line in f.read_text().splitlines()
+        line for f in (tmp_path / engine).glob("errors/*") for line in f.read_text().splitlines()
     ]
     assert len(refused) == len(corrupt)
-    metadata = json.loads((tmp_path / "flink" / "metadata.json").read_text())
-    assert metadata["runner"] == "FlinkRunner"
-    # The cluster ran it, on both TaskManagers' slots (parallelism 2).
-    finished = [job for job in _jobs(options) if job["state"] == "FINISHED"]
-    assert finished and all(job["tasks"]["total"] > 0 for job in finished)
+    metadata = json.loads((tmp_path / engine / "metadata.json").read_text())
+    assert metadata["runner"] == options[0].split("=")[1]
+    # The cluster ran it: a finished Flink job, or a finished Spark application on 2 cores.
+    if engine == "flink":
+        finished = [job for job in _jobs(options) if job["state"] == "FINISHED"]
+        assert finished and all(job["tasks"]["total"] > 0 for job in finished)
+    else:
+        ui = (folder / "webui-port").read_text().strip()
+        with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=10) as response:
+            apps = json.load(response)["completedapps"]
+        assert apps and apps[-1]["state"] == "FINISHED" and apps[-1]["cores"] == 2
 
 
 def test_a_taskmanager_killed_mid_job_fails_the_job_cleanly(flink, sample_images, tmp_path):
@@ -118,20 +138,19 @@ def test_a_taskmanager_killed_mid_job_fails_the_job_cleanly(flink, sample_images
     assert not list(output.glob("*.tfrecord")) and not list(output.glob("_staging*"))
 
 
-def test_the_dag_shards_on_flink_and_trains_on_those_shards(flink, tmp_path):
+def test_the_dag_shards_on_a_cluster_and_trains_on_those_shards(cluster, tmp_path):
     from beam_jobs import sample_data
 
-    _, options = flink
+    _, _, options = cluster
     images = tmp_path / "images"
     sample_data.generate(str(images), images_per_class=30, seed=5)
     beam_options = dict(o.removeprefix("--").split("=", 1) for o in options[1:])
-    conf = run_conf(
-        tmp_path, images, beam_runner="FlinkRunner", beam_options=beam_options, epochs=2
-    )
+    runner = options[0].split("=")[1]
+    conf = run_conf(tmp_path, images, beam_runner=runner, beam_options=beam_options, epochs=2)
     env = airflow_env(tmp_path / "airflow_home")
     assert airflow(env, "db", "migrate").returncode == 0
     run = airflow(env, "dags", "test", DAG_ID, "-c", json.dumps(conf))
     assert run.returncode == 0, (run.stdout + run.stderr)[-6000:]
     assert latest_version(conf["model_root"], "shapes") == 1
     (metadata,) = Path(conf["output_root"]).rglob("shards/metadata.json")
-    assert json.loads(metadata.read_text())["runner"] == "FlinkRunner"
+    assert json.loads(metadata.read_text())["runner"] == runner
