@@ -132,7 +132,7 @@ import sys, yaml
 conf = yaml.safe_load(open(sys.argv[1]))
 conf["jobmanager"]["rpc"]["port"] = int(sys.argv[4])
 conf["jobmanager"]["memory"]["process"]["size"] = "1024m"
-conf["taskmanager"]["memory"]["process"]["size"] = "1280m"
+conf["taskmanager"]["memory"]["process"]["size"] = "2560m"  # sort buffers: see docs/deploy.md
 conf["taskmanager"]["numberOfTaskSlots"] = 1  # 2 TaskManagers: parallelism 2 across processes
 conf["parallelism"]["default"] = 2
 conf["rest"]["port"] = int(sys.argv[3])

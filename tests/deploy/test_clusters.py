@@ -154,3 +154,42 @@ def test_the_dag_shards_on_a_cluster_and_trains_on_those_shards(cluster, tmp_pat
     assert latest_version(conf["model_root"], "shapes") == 1
     (metadata,) = Path(conf["output_root"]).rglob("shards/metadata.json")
     assert json.loads(metadata.read_text())["runner"] == runner
+
+
+def test_a_spark_worker_killed_mid_job_loses_nothing(spark, sample_images, tmp_path):
+    """Spark reschedules a lost executor's tasks on the worker left (spark.task.maxFailures):
+    the job either completes with the local runner's bytes or fails committing nothing."""
+    folder, options = spark
+    ui = (folder / "webui-port").read_text().strip()
+
+    def active() -> list:
+        with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=10) as response:
+            return json.load(response)["activeapps"]
+
+    output = tmp_path / "shards"
+    job = subprocess.Popen(
+        [sys.executable, "-m", "beam_jobs.shard_images", "--input", sample_images,
+         "--output", str(output), *options],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300
+        while not active():
+            assert job.poll() is None and time.monotonic() < deadline, job.stdout.read()[-3000:]
+            time.sleep(0.3)
+        time.sleep(3)  # the application's executors are running its first stages
+        # spark-daemon.sh names it spark-$USER-CLASS-INSTANCE.pid ($USER may be empty).
+        pid = next(folder.glob("spark-*-org.apache.spark.deploy.worker.Worker-1.pid")).read_text()
+        os.kill(int(pid), signal.SIGKILL)
+        log = job.communicate(timeout=600)[0]
+    finally:
+        if job.poll() is None:
+            job.kill()
+    if job.returncode == 0:
+        assert shard_job(sample_images, tmp_path / "local", in_process=False) == 0
+        assert _digests(output) == _digests(tmp_path / "local"), log[-3000:]
+    else:
+        assert job.returncode == 3, log[-3000:]
+        assert not (output / "_SUCCESS").exists()
+        assert not list(output.glob("*.tfrecord"))
+    print(f"a Spark worker killed mid-job: exit {job.returncode}")
