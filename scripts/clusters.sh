@@ -106,11 +106,12 @@ PY
 }
 
 # The Python SDK workers: a pool that starts one worker process per request (EXTERNAL), with
-# the `python` on PATH: this one's. In its own session, holding none of the caller's files.
+# the `python` on PATH: this one's; one pool shared by both TaskManagers or executors
+# (scripts/sdk_worker_pool.py says why not Beam's own). In its own session, holding none of the caller's files.
 start_worker_pool() {
   local dir="$1" port="$2"
-  PATH="$(dirname "$PYTHON"):$PATH" setsid "$PYTHON" -m apache_beam.runners.worker.worker_pool_main \
-    --service_port "$port" </dev/null >"$dir/log/sdk-worker-pool.log" 2>&1 &
+  PATH="$(dirname "$PYTHON"):$PATH" setsid "$PYTHON" "$REPO/scripts/sdk_worker_pool.py" "$port" \
+    </dev/null >"$dir/log/sdk-worker-pool.log" 2>&1 &
   echo $! >"$dir/sdk-worker-pool.pid"
 }
 
