@@ -3,6 +3,9 @@ DAG's run configuration."""
 
 from __future__ import annotations
 
+import hashlib
+from pathlib import Path
+
 # In this process (monkeypatches apply) on one thread: the cheapest local runner mode.
 IN_PROCESS = ["--direct_running_mode=in_memory", "--direct_num_workers=1"]
 
@@ -26,4 +29,15 @@ def run_conf(tmp_path, images, **overrides) -> dict:
         "num_workers": 1,
         "accuracy_gate": 0.0,
         **overrides,
+    }
+
+
+def tree_digests(root, pattern: str = "*", skip: tuple[str, ...] = ()) -> dict[str, str]:
+    """sha256 of every file under `root` matching `pattern` (names in `skip` left out), by
+    relative path: what two runs wrote, compared byte for byte."""
+    root = Path(root)
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob(pattern))
+        if p.is_file() and p.name not in skip
     }

@@ -1,6 +1,5 @@
 """The whole DAG for real: `airflow dags test`, and the UI's path (REST trigger, clear a task)."""
 
-import hashlib
 import io
 import json
 import random
@@ -16,7 +15,7 @@ import tensorflow as tf
 from beam_jobs import sample_data
 from orchestration.publish import latest_version
 from tests.dags.airflow_env import DAG_ID, airflow, airflow_env
-from tests.jobs import run_conf
+from tests.jobs import run_conf, tree_digests
 
 pytestmark = pytest.mark.slow  # whole DAG runs through Airflow
 
@@ -26,14 +25,6 @@ def _conf(tmp_path, images, **overrides):
     return run_conf(
         tmp_path, images, **{"epochs": 12, "num_workers": 2, "accuracy_gate": 0.4, **overrides}
     )
-
-
-def _tree_digest(root: Path) -> dict:
-    return {
-        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(root.rglob("*"))
-        if p.is_file()
-    }
 
 
 def _classify(model_path: str) -> float:
@@ -128,8 +119,8 @@ def test_rest_trigger_with_params_then_clear_one_task(standalone, images, tmp_pa
     assert standalone.wait_run(run_id) == "success", standalone.tail()
 
     [run_dir] = (tmp_path / "out" / "runs").iterdir()
-    shards_before = _tree_digest(run_dir / "shards")
-    model_before = _tree_digest(run_dir / "train" / "model")
+    shards_before = tree_digests(run_dir / "shards")
+    model_before = tree_digests(run_dir / "train" / "model")
     evaluation = run_dir / "evaluation.json"
     evaluated_at = evaluation.stat().st_mtime_ns
     published = sorted(p.name for p in (tmp_path / "models" / "rest-model").iterdir())
@@ -151,8 +142,8 @@ def test_rest_trigger_with_params_then_clear_one_task(standalone, images, tmp_pa
     time.sleep(2)
     assert standalone.wait_run(run_id) == "success", standalone.tail()
     assert evaluation.stat().st_mtime_ns > evaluated_at  # evaluate ran again
-    assert _tree_digest(run_dir / "shards") == shards_before  # upstream untouched
-    assert _tree_digest(run_dir / "train" / "model") == model_before
+    assert tree_digests(run_dir / "shards") == shards_before  # upstream untouched
+    assert tree_digests(run_dir / "train" / "model") == model_before
     assert sorted(p.name for p in (tmp_path / "models" / "rest-model").iterdir()) == published
 
     # New images, and shard_images cleared with everything after it: new shards, and the

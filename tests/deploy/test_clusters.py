@@ -5,7 +5,6 @@ SDK workers from a worker pool (EXTERNAL); two slots or cores."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import signal
@@ -19,7 +18,7 @@ import pytest
 
 from orchestration.publish import latest_version
 from tests.dags.airflow_env import DAG_ID, airflow, airflow_env
-from tests.jobs import run_conf, shard_job
+from tests.jobs import run_conf, shard_job, tree_digests
 
 REPO = Path(__file__).resolve().parents[2]
 CLUSTERS = str(REPO / "scripts" / "clusters.sh")
@@ -66,11 +65,7 @@ def _job(images, output, options, *flags) -> subprocess.CompletedProcess:
 
 def _digests(root: Path) -> dict[str, str]:
     """Every file the job wrote but its metadata (which names the runner and the time)."""
-    return {
-        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(root.rglob("*"))
-        if p.is_file() and p.name not in ("metadata.json", "_config.json")
-    }
+    return tree_digests(root, skip=("metadata.json", "_config.json"))
 
 
 def _jobs(options) -> list[dict]:
@@ -102,37 +97,57 @@ def test_shards_on_a_cluster_are_byte_identical_to_the_local_runners(
         finished = [job for job in _jobs(options) if job["state"] == "FINISHED"]
         assert finished and all(job["tasks"]["total"] > 0 for job in finished)
     else:
-        ui = (folder / "webui-port").read_text().strip()
-        with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=10) as response:
-            apps = json.load(response)["completedapps"]
+        apps = _spark_state(folder)["completedapps"]
         assert apps and apps[-1]["state"] == "FINISHED" and apps[-1]["cores"] == 2
+
+
+def _spark_state(folder: Path) -> dict:
+    """The standalone master's state (its web UI's JSON)."""
+    ui = (folder / "webui-port").read_text().strip()
+    with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=10) as response:
+        return json.load(response)
+
+
+def _kill_mid_job(images, output, options, running, victim, settle: float = 0.0):
+    """Start the sharding job, SIGKILL the process `victim()` names `settle` seconds after
+    `running()` first holds; the job's exit code and output."""
+    job = subprocess.Popen(
+        [sys.executable, "-m", "beam_jobs.shard_images", "--input", str(images),
+         "--output", str(output), *options],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300
+        while not running():
+            assert job.poll() is None and time.monotonic() < deadline, job.stdout.read()[-3000:]
+            time.sleep(0.3)
+        time.sleep(settle)
+        os.kill(victim(), signal.SIGKILL)
+        log = job.communicate(timeout=600)[0]
+        return job.returncode, log
+    finally:
+        if job.poll() is None:
+            job.kill()
 
 
 def test_a_taskmanager_killed_mid_job_fails_the_job_cleanly(flink, sample_images, tmp_path):
     folder, options = flink
     before = {job["jid"] for job in _jobs(options)}
     output = tmp_path / "shards"
-    job = subprocess.Popen(
-        [sys.executable, "-m", "beam_jobs.shard_images", "--input", sample_images,
-         "--output", str(output), *options],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
-    )  # fmt: skip
     try:
-        deadline = time.monotonic() + 300
-        while not any(j["state"] == "RUNNING" for j in _jobs(options) if j["jid"] not in before):
-            assert job.poll() is None and time.monotonic() < deadline, job.stdout.read()[-3000:]
-            time.sleep(0.3)
-        pids = (folder / "flink--taskexecutor.pid").read_text().split()
-        os.kill(int(pids[0]), signal.SIGKILL)
-        log = job.communicate(timeout=600)[0]
+        code, log = _kill_mid_job(
+            sample_images, output, options,
+            running=lambda: any(
+                j["state"] == "RUNNING" for j in _jobs(options) if j["jid"] not in before
+            ),
+            victim=lambda: int((folder / "flink--taskexecutor.pid").read_text().split()[0]),
+        )  # fmt: skip
     finally:
-        if job.poll() is None:
-            job.kill()
         # The next test needs both TaskManagers again.
         subprocess.run([CLUSTERS, "flink", "taskmanager", str(folder)], timeout=120)
     # Flink's restart strategy (fixed delay, 2 attempts) cannot place parallelism 2 on the
     # one TaskManager left: the job fails, and the sharding job commits nothing.
-    assert job.returncode == 3, log[-3000:]
+    assert code == 3, log[-3000:]
     assert "the sharding job failed while running the pipeline" in log
     assert not (output / "_SUCCESS").exists()
     assert not list(output.glob("*.tfrecord")) and not list(output.glob("_staging*"))
@@ -160,36 +175,21 @@ def test_a_spark_worker_killed_mid_job_loses_nothing(spark, sample_images, tmp_p
     """Spark reschedules a lost executor's tasks on the worker left (spark.task.maxFailures):
     the job either completes with the local runner's bytes or fails committing nothing."""
     folder, options = spark
-    ui = (folder / "webui-port").read_text().strip()
-
-    def active() -> list:
-        with urllib.request.urlopen(f"http://127.0.0.1:{ui}/json/", timeout=10) as response:
-            return json.load(response)["activeapps"]
-
     output = tmp_path / "shards"
-    job = subprocess.Popen(
-        [sys.executable, "-m", "beam_jobs.shard_images", "--input", sample_images,
-         "--output", str(output), *options],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 300
-        while not active():
-            assert job.poll() is None and time.monotonic() < deadline, job.stdout.read()[-3000:]
-            time.sleep(0.3)
-        time.sleep(3)  # the application's executors are running its first stages
+    code, log = _kill_mid_job(
+        sample_images, output, options,
+        running=lambda: bool(_spark_state(folder)["activeapps"]),
         # spark-daemon.sh names it spark-$USER-CLASS-INSTANCE.pid ($USER may be empty).
-        pid = next(folder.glob("spark-*-org.apache.spark.deploy.worker.Worker-1.pid")).read_text()
-        os.kill(int(pid), signal.SIGKILL)
-        log = job.communicate(timeout=600)[0]
-    finally:
-        if job.poll() is None:
-            job.kill()
-    if job.returncode == 0:
+        victim=lambda: int(
+            next(folder.glob("spark-*-org.apache.spark.deploy.worker.Worker-1.pid")).read_text()
+        ),
+        settle=3,  # the application's executors are running its first stages
+    )  # fmt: skip
+    if code == 0:
         assert shard_job(sample_images, tmp_path / "local", in_process=False) == 0
         assert _digests(output) == _digests(tmp_path / "local"), log[-3000:]
     else:
-        assert job.returncode == 3, log[-3000:]
+        assert code == 3, log[-3000:]
         assert not (output / "_SUCCESS").exists()
         assert not list(output.glob("*.tfrecord"))
-    print(f"a Spark worker killed mid-job: exit {job.returncode}")
+    print(f"a Spark worker killed mid-job: exit {code}")

@@ -5,7 +5,6 @@ image runs the sharding job without TensorFlow; the Airflow image parses and run
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -19,7 +18,7 @@ import pytest
 from beam_jobs import sample_data
 from orchestration.launchers import TrainingJob, kubernetes
 from orchestration.publish import latest_version
-from tests.jobs import run_conf, shard_job
+from tests.jobs import run_conf, shard_job, tree_digests
 from training.worker_env import PREEMPTED_EXIT_CODE
 
 REPO = Path(__file__).resolve().parents[2]
@@ -174,13 +173,6 @@ def test_sigterm_to_one_container_saves_both_and_a_restart_resumes(trainable_sha
         podman("rm", "-f", *containers)
 
 
-def _digests(root: Path, pattern: str) -> dict[str, str]:
-    return {
-        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(root.rglob(pattern))
-    }
-
-
 def test_beam_image_has_no_tensorflow_and_shards_as_the_host_does(sample_with_corrupt, shared):
     images, corrupt = sample_with_corrupt
     no_tf = run(
@@ -203,13 +195,13 @@ def test_beam_image_has_no_tensorflow_and_shards_as_the_host_does(sample_with_co
 
     on_host = shared / "host"
     assert shard_job(images, on_host, *flags, in_process=False) == 0
-    shards = _digests(in_container, "*.tfrecord*")
-    assert shards and shards == _digests(on_host, "*.tfrecord*")
+    shards = tree_digests(in_container, "*.tfrecord*")
+    assert shards and shards == tree_digests(on_host, "*.tfrecord*")
     # Dead letters too: the same files refused for the same reasons.
     refused = [line for f in in_container.glob("errors/*") for line in f.read_text().splitlines()]
     assert len(refused) == len(corrupt)
-    assert _digests(in_container, "errors/*") == _digests(on_host, "errors/*")
-    assert _digests(in_container, "copies/*") == _digests(on_host, "copies/*")
+    assert tree_digests(in_container, "errors/*") == tree_digests(on_host, "errors/*")
+    assert tree_digests(in_container, "copies/*") == tree_digests(on_host, "copies/*")
 
 
 def test_airflow_image_parses_the_dag_without_tensorflow(shared):
