@@ -34,10 +34,15 @@ log = logging.getLogger(__name__)
 MANIFEST_SUFFIXES = (".csv", ".jsonl")
 # Manifests do not carry sizes; the shard count is estimated from this many files.
 SIZE_SAMPLE = 200
-# Images one worker reads, validates and frames as one unit (a fragment of a shard): small
-# enough that the work spreads evenly over workers, large enough that a unit's overhead
-# (a fragment file, a bundle) stays small against ~1 ms of validation per image.
+# Images one worker reads, validates and frames as one unit (a fragment of a shard): at
+# least this many, so that a unit's overhead (a fragment file, a bundle) stays small
+# against ~1 ms of validation per image...
 CHUNK_IMAGES = 64
+# ...and otherwise as large as spreading the work evenly allows: about this many units per
+# worker the job expects. A shard read as one unit is written once (its fragment becomes the
+# shard file); a shard of several is written as fragments, then again as the shard, so the
+# fewer units beyond what the workers need, the fewer bytes written twice (issue #28).
+UNITS_PER_WORKER = 16
 
 
 class InputError(ValueError):
@@ -76,12 +81,14 @@ class Plan:
     listing: tuple[list[WorkItem], dict[str, int]] = field(
         default=((), {}), repr=False, compare=False
     )
+    # The workers the plan's chunks were sized for (chunk_images); placed again alike.
+    parallelism: int = field(default=1, compare=False)
 
     def with_splits(self, config: ShardConfig, split_overrides: Mapping[str, str]) -> Plan:
         """The same listing placed again, `split_overrides` (key -> split) winning over
         the splits keys hash to (not over a manifest's split column)."""
         items, sizes = self.listing
-        return _place(config, list(items), sizes, self.label_map, split_overrides)
+        return _place(config, list(items), sizes, self.label_map, split_overrides, self.parallelism)
 
     @property
     def num_inputs(self) -> int:
@@ -337,8 +344,9 @@ def load_label_map(uri: str) -> dict[str, int]:
     return normalised
 
 
-def build_plan(config: ShardConfig) -> Plan:
-    """List the input and decide label ids, splits and balanced shard assignments."""
+def build_plan(config: ShardConfig, parallelism: int = 1) -> Plan:
+    """List the input and decide label ids, splits and balanced shard assignments, in
+    units of work sized for `parallelism` workers (chunk_images)."""
     if is_manifest(config.input):
         items, sizes = list_manifest(config.input)
     else:
@@ -365,7 +373,7 @@ def build_plan(config: ShardConfig) -> Plan:
         log.warning("%s", message)
     if not config.label_map and (warning := similar_labels_warning(label_map)):
         log.warning("%s", warning)  # a --label-map names its classes on purpose
-    return _place(config, items, sizes, label_map, {})
+    return _place(config, items, sizes, label_map, {}, parallelism)
 
 
 def _place(
@@ -374,6 +382,7 @@ def _place(
     sizes: dict[str, int],
     label_map: dict[str, int],
     split_overrides: Mapping[str, str],
+    parallelism: int = 1,
 ) -> Plan:
     """Listed items -> a Plan: label ids, splits (a manifest's, else an override, else
     the key's hash) and balanced shard and chunk assignments."""
@@ -406,7 +415,8 @@ def _place(
         for split in SPLIT_NAMES
     }
 
-    final: list[WorkItem] = _chunked([i for i in placed if i.reject])
+    per_chunk = chunk_images(sum(len(members) for members in by_split.values()), parallelism)
+    final: list[WorkItem] = _chunked([i for i in placed if i.reject], per_chunk)
     for split, members in by_split.items():
         # Round-robin over a hash order: balanced shards, independent of listing order.
         ordered = sorted(members, key=lambda i: (hash_fraction("shard:" + i.key), i.key))
@@ -415,7 +425,7 @@ def _place(
             shard = index % shard_counts[split]
             shards[shard].append(replace(item, shard=shard))
         for shard in sorted(shards):
-            final.extend(_chunked(shards[shard]))
+            final.extend(_chunked(shards[shard], per_chunk))
     counts = Counter(i.split for i in final if not i.reject)
     log.info(
         "planned %d inputs (%s), %d rejected while listing, %d labels",
@@ -424,7 +434,13 @@ def _place(
         sum(1 for i in final if i.reject),
         len(label_map),
     )
-    return Plan(items=final, label_map=label_map, shard_counts=shard_counts, listing=(items, sizes))
+    return Plan(
+        items=final,
+        label_map=label_map,
+        shard_counts=shard_counts,
+        listing=(items, sizes),
+        parallelism=parallelism,
+    )
 
 
 def _one_label_message(config: ShardConfig, label: str) -> str:
@@ -459,16 +475,23 @@ def similar_labels_warning(label_map: dict[str, int]) -> str:
     )
 
 
-def _chunked(items: list[WorkItem]) -> list[WorkItem]:
+def chunk_images(num_images: int, parallelism: int) -> int:
+    """The most images in one unit of work: UNITS_PER_WORKER units per worker, never
+    fewer than CHUNK_IMAGES images. A shard no larger is read, and written, as one unit."""
+    units = UNITS_PER_WORKER * max(1, parallelism)
+    return max(CHUNK_IMAGES, math.ceil(num_images / units))
+
+
+def _chunked(items: list[WorkItem], per_chunk: int) -> list[WorkItem]:
     """Number consecutive runs of items in key order (a shard's record order), so a shard
     is the concatenation of its chunks' fragments in chunk order.
 
-    The runs are of equal size (within one), at most CHUNK_IMAGES: Beam's local runner
+    The runs are of equal size (within one), at most `per_chunk`: Beam's local runner
     deals grouped keys to its workers round-robin, so runs of exactly CHUNK_IMAGES and a
     short tail gave every shard's short tail to the same worker (one of 2 workers read
     1,792 of 3,000 images; the job ran 10 % longer than with equal runs, bench/)."""
     ordered = sorted(items, key=lambda i: i.key)
-    runs = math.ceil(len(ordered) / CHUNK_IMAGES)
+    runs = math.ceil(len(ordered) / per_chunk)
     return [replace(item, chunk=index * runs // len(ordered)) for index, item in enumerate(ordered)]
 
 

@@ -27,14 +27,25 @@ from dataclasses import dataclass
 
 import apache_beam as beam
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import (
+    DirectOptions,
+    FlinkRunnerOptions,
+    PipelineOptions,
+    StandardOptions,
+    WorkerOptions,
+)
 
 from beam_jobs import cache
 from beam_jobs import output as out
 from beam_jobs.config import ConfigError, ShardConfig, add_arguments, config_from_args
 from beam_jobs.fs import escape_glob, json_bytes
 from beam_jobs.images import INTERNAL_ERROR
-from beam_jobs.local_runner import LOCAL_RUNNER, LOCAL_RUNNER_NAMES, choose_local_mode
+from beam_jobs.local_runner import (
+    LOCAL_RUNNER,
+    LOCAL_RUNNER_NAMES,
+    available_cores,
+    choose_local_mode,
+)
 from beam_jobs.perceptual_hash import MAX_GROUP_SIZE
 from beam_jobs.plan import InputError, WorkItem, build_plan
 from beam_jobs.transforms import (
@@ -259,6 +270,30 @@ def describe_runner(options: PipelineOptions) -> str:
     return f"{runner} ({direct.direct_running_mode}, {direct.direct_num_workers or 1} worker(s))"
 
 
+# Workers a distributed run is planned for when its options name no count (Dataflow's
+# autoscaling, a Spark master): more units than workers cost only a few bytes written twice.
+DEFAULT_REMOTE_PARALLELISM = 8
+
+
+def expected_parallelism(options: PipelineOptions, choose_local: bool = False) -> int:
+    """The workers a run's units of work are sized for (beam_jobs.plan.chunk_images): the
+    cores when the local runner picks its own mode, else what the options say."""
+    if options.view_as(StandardOptions).runner == LOCAL_RUNNER:
+        return (
+            available_cores()
+            if choose_local
+            else options.view_as(DirectOptions).direct_num_workers or 1
+        )
+    workers = options.view_as(WorkerOptions)
+    flink = options.view_as(FlinkRunnerOptions).parallelism
+    return max(
+        1,
+        workers.max_num_workers
+        or workers.num_workers
+        or (flink if flink and flink > 0 else DEFAULT_REMOTE_PARALLELISM),
+    )
+
+
 def build_pipeline(
     p: beam.Pipeline,
     config: ShardConfig,
@@ -321,7 +356,7 @@ def shard_images(
         out.check_output_is_ours(config.output)
     with _stage("planning"):
         planning = time.monotonic()
-        plan = build_plan(config)
+        plan = build_plan(config, expected_parallelism(options, choose_local))
         log.info(
             "planning took %.2f s (listing, labels, splits, shards)", time.monotonic() - planning
         )

@@ -13,6 +13,7 @@ import hashlib
 import json
 import logging
 import threading
+import zlib
 from collections import Counter
 
 import apache_beam as beam
@@ -29,7 +30,7 @@ from beam_jobs.splits import hash_fraction
 from shardspec.example import encode_example
 from shardspec.layout import shard_name
 from shardspec.statistics import ImageStatistics
-from shardspec.tfrecord import compress_shard, frame_record
+from shardspec.tfrecord import frame_record
 from stageconfig import text_name
 
 DEFAULT_MAX_BYTES = 256 << 20
@@ -155,43 +156,73 @@ class ReadChunkFn(beam.DoFn):
 
     def process(self, element):
         (split, shard, chunk), items = element
-        framed, per_label, stats, hashes = [], Counter(), ImageStatistics(), []
-        for item in sorted(items, key=lambda i: i.key):  # the shard's record order
-            outcome = read_record(item, self.max_side, self.max_pixels, self.max_bytes)
-            if isinstance(outcome, dict):
-                self.images_failed.inc()
-                yield beam.pvalue.TaggedOutput(ERRORS, outcome)
-                continue
-            example, image = outcome
-            self.images_read.inc()
-            self.images_reencoded.inc(int(image.reencoded))
-            framed.append(frame_record(example))
-            per_label[item.label] += 1
-            stats.add(
-                width=image.source_width,
-                height=image.source_height,
-                stored_bytes=len(image.encoded),
-                source_format=image.source_format,
-                stored_format=image.image_format,
-                reencoded=image.reencoded,
-            )
-            yield beam.pvalue.TaggedOutput(CONTENT, (image.sha256, (item.key, item.label, split)))
-            holder = (item.key, item.label, split, image.sha256)
-            hashes.append((perceptual_hash.to_int64(image.phash), holder))
+        # Streamed to the fragment record by record: a unit can be a whole shard.
+        # Rewritten whole by a retried bundle: the same items give the same bytes.
+        fragment = (
+            _FragmentWriter(fragment_path(self.directory, split, shard, chunk))
+            if shard >= 0  # inputs rejected while planning belong to no shard
+            else None
+        )
+        per_label, stats, hashes = Counter(), ImageStatistics(), []
+        try:
+            for item in sorted(items, key=lambda i: i.key):  # the shard's record order
+                outcome = read_record(item, self.max_side, self.max_pixels, self.max_bytes)
+                if isinstance(outcome, dict):
+                    self.images_failed.inc()
+                    yield beam.pvalue.TaggedOutput(ERRORS, outcome)
+                    continue
+                example, image = outcome
+                self.images_read.inc()
+                self.images_reencoded.inc(int(image.reencoded))
+                fragment.write(frame_record(example))
+                per_label[item.label] += 1
+                stats.add(
+                    width=image.source_width,
+                    height=image.source_height,
+                    stored_bytes=len(image.encoded),
+                    source_format=image.source_format,
+                    stored_format=image.image_format,
+                    reencoded=image.reencoded,
+                )
+                yield beam.pvalue.TaggedOutput(
+                    CONTENT, (image.sha256, (item.key, item.label, split))
+                )
+                holder = (item.key, item.label, split, image.sha256)
+                hashes.append((perceptual_hash.to_int64(image.phash), holder))
+        finally:
+            if fragment:
+                fragment.close()
         if stats.num_images:
             yield beam.pvalue.TaggedOutput(STATS, stats.to_json())
             yield beam.pvalue.TaggedOutput(HASHES, hashes)  # one element a chunk, not an image
-        if shard < 0:  # inputs rejected while planning belong to no shard
-            return
-        # Rewritten whole by a retried bundle: the same items give the same bytes.
-        write_bytes(fragment_path(self.directory, split, shard, chunk), b"".join(framed))
-        yield {
-            "split": split,
-            "index": shard,
-            "chunk": chunk,
-            "num_records": len(framed),
-            "per_label": dict(per_label),
-        }
+        if fragment:
+            yield {
+                "split": split,
+                "index": shard,
+                "chunk": chunk,
+                "num_records": fragment.records,
+                "num_bytes": fragment.size,
+                "sha256": fragment.digest.hexdigest(),
+                "per_label": dict(per_label),
+            }
+
+
+class _FragmentWriter:
+    """Framed records -> one fragment file, with their count, size and sha256 (what a
+    shard of this one fragment reports without reading it again)."""
+
+    def __init__(self, path: str):
+        self.handle = FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED)
+        self.digest, self.size, self.records = hashlib.sha256(), 0, 0
+
+    def write(self, record: bytes) -> None:
+        self.handle.write(record)
+        self.digest.update(record)
+        self.size += len(record)
+        self.records += 1
+
+    def close(self) -> None:
+        self.handle.close()
 
 
 class HashImageFn(beam.DoFn):
@@ -250,7 +281,11 @@ class ReadImages(beam.PTransform):
 
 
 class AssembleShardFn(beam.DoFn):
-    """A shard's fragment reports -> the shard file (its fragments in chunk order), a report."""
+    """A shard's fragment reports -> the shard file (its fragments in chunk order), a report.
+
+    A shard of one uncompressed fragment is that fragment, renamed: its bytes are written
+    once. Several are streamed into the shard (and gzip-compressed when asked) a block at
+    a time, so no shard is ever held in memory whole."""
 
     def __init__(self, directory: str, shard_counts: dict[str, int], compression: str):
         self.directory = directory
@@ -262,29 +297,63 @@ class AssembleShardFn(beam.DoFn):
     def process(self, element):
         (split, index), fragments = element
         fragments = sorted(fragments, key=lambda f: f["chunk"])
-        body = []
-        for fragment in fragments:
-            path = fragment_path(self.directory, split, index, fragment["chunk"])
-            with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-                body.append(handle.read())
-        data = compress_shard(b"".join(body), self.compression)
         name = shard_name(split, index, self.shard_counts[split], self.compression)
-        write_bytes(FileSystems.join(self.directory, name), data)
+        target = FileSystems.join(self.directory, name)
+        sources = [fragment_path(self.directory, split, index, f["chunk"]) for f in fragments]
+        if len(fragments) == 1 and self.compression == "none":
+            _move(sources[0], target)
+            num_bytes, sha256 = fragments[0]["num_bytes"], fragments[0]["sha256"]
+        else:
+            num_bytes, sha256 = _concatenate(sources, target, self.compression)
         num_records = sum(f["num_records"] for f in fragments)
         per_label: Counter = Counter()
         for fragment in fragments:
             per_label.update(fragment["per_label"])
         self.records_written.inc(num_records)
-        self.shard_bytes.inc(len(data))
+        self.shard_bytes.inc(num_bytes)
         yield {
             "split": split,
             "index": index,
             "file": name,
             "num_records": num_records,
-            "num_bytes": len(data),
-            "sha256": hashlib.sha256(data).hexdigest(),
+            "num_bytes": num_bytes,
+            "sha256": sha256,
             "per_label": dict(per_label),
         }
+
+
+# Bytes read from a fragment at a time while concatenating.
+COPY_BLOCK = 8 << 20
+
+
+def _move(source: str, target: str) -> None:
+    """Rename; a retried bundle whose first try renamed already finds only the target."""
+    if not FileSystems.exists(source) and FileSystems.exists(target):
+        return
+    FileSystems.rename([source], [target])
+
+
+def _concatenate(sources: list[str], target: str, compression: str) -> tuple[int, str]:
+    """Fragments -> one file (gzip as `compress_shard` makes it, streamed) -> (size, sha256)."""
+    digest, size = hashlib.sha256(), 0
+    # wbits 31: a gzip stream with mtime 0, byte for byte what gzip.compress(mtime=0) writes.
+    compressor = zlib.compressobj(6, zlib.DEFLATED, 31) if compression == "gzip" else None
+    with FileSystems.create(target, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+
+        def put(data: bytes) -> None:
+            nonlocal size
+            if data:
+                handle.write(data)
+                digest.update(data)
+                size += len(data)
+
+        for source in sources:
+            with FileSystems.open(source, compression_type=CompressionTypes.UNCOMPRESSED) as f:
+                while block := f.read(COPY_BLOCK):
+                    put(compressor.compress(block) if compressor else block)
+        if compressor:
+            put(compressor.flush())
+    return size, digest.hexdigest()
 
 
 class WriteShards(beam.PTransform):

@@ -305,3 +305,18 @@ def test_a_jsonl_manifest_without_one_json_object_is_a_clear_error(tmp_path):
     manifest.write_text("uri,label\na.jpg,cat\n")  # a CSV saved as .jsonl
     with pytest.raises(InputError, match=r"line 1: invalid JSON .*no line is a JSON object"):
         build_plan(_config(tmp_path, manifest))
+
+
+def test_units_of_work_are_sized_for_the_workers_and_small_shards_are_one_unit(tmp_path):
+    """A shard read as one unit is written once; larger ones are cut into equal units,
+    about UNITS_PER_WORKER per expected worker, never under CHUNK_IMAGES images."""
+    assert plan_module.chunk_images(100, parallelism=2) == plan_module.CHUNK_IMAGES
+    assert plan_module.chunk_images(40_000, parallelism=2) == 40_000 // (
+        2 * plan_module.UNITS_PER_WORKER
+    )
+    plan = _train_only_plan(tmp_path, images=300, classes=2, num_shards=6)  # shards of 50
+    assert {i.chunk for i in plan.items} == {0}  # each shard one unit
+    one_shard = _train_only_plan(tmp_path, images=300, classes=2, num_shards=1)
+    assert sorted(Counter(i.chunk for i in one_shard.items).values()) == [60] * 5
+    again = one_shard.with_splits(_config(tmp_path, tmp_path / "images", num_shards=1), {})
+    assert again.parallelism == one_shard.parallelism  # placed again for the same workers

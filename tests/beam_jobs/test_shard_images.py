@@ -328,3 +328,33 @@ def test_help_documents_every_flag():
         "--runner",
     ):
         assert flag in proc.stdout
+
+
+def _written_bytes() -> int:
+    fields = dict(
+        line.split(": ") for line in pathlib.Path("/proc/self/io").read_text().splitlines()
+    )
+    return int(fields["wchar"])  # what this process handed to write() and its kin
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/io"), reason="Linux's per-process I/O counters")
+def test_each_shard_byte_is_written_once_when_shards_are_units_of_work(tmp_path):
+    """A shard read as one unit is its fragment renamed (issue #28: every byte was written
+    to a fragment, then again into the shard)."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    root = tmp_path / "images"
+    for label in ("a", "b"):
+        (root / label).mkdir(parents=True)
+        for i in range(30):  # noise: ~30 KB each, so the shards dwarf the job's small files
+            pixels = rng.integers(0, 256, (160, 160, 3), dtype=np.uint8)
+            Image.fromarray(pixels).save(root / label / f"{i}.jpg", quality=95)
+    output = tmp_path / "shards"
+    before = _written_bytes()
+    assert shard_job(root, output, "--num-shards", "2") == 0
+    written = _written_bytes() - before
+    shard_bytes = sum(p.stat().st_size for p in output.glob("*.tfrecord"))
+    assert shard_bytes > 1_000_000
+    assert written <= 1.1 * shard_bytes, (written, shard_bytes)

@@ -157,3 +157,69 @@ def test_a_shard_is_its_chunks_in_chunk_order_sorted_by_key(tmp_path):
     shard_0 = sorted((i for i in items if i.shard == 0), key=lambda i: i.key)
     expected = encode_shard([read_record(i, 0, 10**6)[0] for i in shard_0], "gzip")
     assert (out / "train-00000-of-00002.tfrecord.gz").read_bytes() == expected
+
+
+def _shard_of(tmp_path, layout, compression, monkeypatch=None):
+    """ReadImages + WriteShards over `layout` [(key, shard, chunk)] -> (out, reports)."""
+    items = []
+    for key, shard, chunk in layout:
+        _jpeg(tmp_path / f"{key}.jpg", size=(20 + len(items), 10))  # distinct bytes
+        item = _item(tmp_path / f"{key}.jpg", key, chunk=chunk)
+        items.append(WorkItem(**{**item.__dict__, "shard": shard}))
+    out = tmp_path / "out"
+    counts = {"train": 1 + max(shard for _, shard, _ in layout)}
+    with TestPipeline() as p:
+        results = p | beam.Create(items) | ReadImages(str(out), max_side=0, max_pixels=10**6)
+        reports = results[FRAGMENTS] | WriteShards(str(out), counts, compression)
+        reports | beam.Map(lambda r: (out / "report.jsonl").open("a").write(json.dumps(r) + "\n"))
+    rows = [json.loads(line) for line in (out / "report.jsonl").read_text().splitlines()]
+    return items, out, {row["index"]: row for row in rows}
+
+
+def test_a_shard_of_one_fragment_is_that_fragment_renamed_and_reported_unread(
+    tmp_path, monkeypatch
+):
+    # The report of a one-fragment shard comes from the fragment's writer: nothing opens
+    # the fragment again (a read here would fail the test).
+    from beam_jobs import transforms
+
+    def no_reads(*args, **kwargs):
+        raise AssertionError("a one-fragment shard was read back")
+
+    monkeypatch.setattr(transforms, "_concatenate", no_reads)
+    items, out, reports = _shard_of(tmp_path, [("a", 0, 0), ("b", 0, 0), ("c", 1, 0)], "none")
+    for index, keys in ((0, ["a", "b"]), (1, ["c"])):
+        data = (out / reports[index]["file"]).read_bytes()
+        expected = encode_shard(
+            [read_record(i, 0, 10**6)[0] for i in items if i.key in keys], "none"
+        )
+        assert data == expected
+        assert reports[index]["sha256"] == hashlib.sha256(data).hexdigest()
+        assert reports[index]["num_bytes"] == len(data) and reports[index]["num_records"] == len(
+            keys
+        )
+    assert not list((out / "_fragments").iterdir())  # moved, not copied
+
+
+def test_shards_of_several_fragments_stream_block_by_block_to_the_same_bytes(tmp_path, monkeypatch):
+    from beam_jobs import transforms
+
+    monkeypatch.setattr(transforms, "COPY_BLOCK", 7)  # many blocks per fragment
+    layout = [("a", 0, 0), ("b", 0, 1), ("c", 0, 1), ("d", 0, 2)]
+    for compression in ("none", "gzip"):
+        where = tmp_path / compression
+        where.mkdir()
+        items, out, reports = _shard_of(where, layout, compression)
+        data = (out / reports[0]["file"]).read_bytes()
+        assert data == encode_shard([read_record(i, 0, 10**6)[0] for i in items], compression)
+        assert reports[0]["sha256"] == hashlib.sha256(data).hexdigest()
+        assert reports[0]["num_bytes"] == len(data)
+
+
+def test_a_retried_rename_finds_its_shard_in_place(tmp_path):
+    from beam_jobs.transforms import _move
+
+    target = tmp_path / "shard"
+    target.write_bytes(b"records")
+    _move(str(tmp_path / "gone-fragment"), str(target))  # the first try renamed it
+    assert target.read_bytes() == b"records"
