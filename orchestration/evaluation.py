@@ -24,7 +24,9 @@ import fsspec
 
 from orchestration.runs import RunPaths
 from runspec.layout import EVALUATION
-from runspec.record import read_json
+from runspec.record import RunFolderError, read_json
+from shardspec.folder import FolderMetadata, MetadataError
+from shardspec.layout import METADATA
 from stageconfig import user_path
 from training.gate import BlessingRules, bless, check_gate, verdict_line
 
@@ -48,6 +50,55 @@ def evaluate_run(
             "with --evaluate (train_flags sets it for remote launchers)"
         )
     return evaluation
+
+
+def _content_id(shards_dir: str) -> str:
+    """What the shards hold ("" when their metadata cannot be read: then nothing matches)."""
+    try:
+        raw = read_json(posixpath.join(shards_dir.rstrip("/"), METADATA))
+        return FolderMetadata.from_json(raw).content_id if raw else ""
+    except (MetadataError, RunFolderError):
+        return ""
+
+
+def scored_before(model_dir: str, shards_dir: str, model_home_dir: str) -> dict | None:
+    """The evaluation of a candidate that is the serving model itself (reuse_training took
+    the run it was published from), on records with the same content as those it was
+    scored on when published: those scores, for it and as its own baseline. None when any
+    of that does not hold (then it is scored). Scoring it again would give the same
+    numbers, after loading TensorFlow and two models and a pass over the held-out split."""
+    from orchestration.publish import PUBLISH_RECORD, latest_version, model_identity
+
+    try:
+        home = model_home_dir.rstrip("/")
+        version = latest_version(posixpath.dirname(home), posixpath.basename(home))
+        if version is None:
+            return None
+        serving = posixpath.join(model_home_dir, str(version))
+        record = read_json(posixpath.join(serving, PUBLISH_RECORD)) or {}
+        earlier = record.get("evaluation") or {}
+        if not earlier.get("evaluation_path") or not earlier.get("shards_dir"):
+            return None
+        if record.get("model") != model_identity(model_dir):
+            return None
+        now = _content_id(shards_dir)
+        if not now or now != _content_id(earlier["shards_dir"]):
+            return None
+        scored = read_json(earlier["evaluation_path"])
+    except (RunFolderError, OSError, ValueError):
+        return None
+    if not scored or "accuracy" not in scored:
+        return None
+    own = {k: v for k, v in scored.items() if k not in ("baseline", "baseline_skipped", "verdict")}
+    scores = {k: v for k, v in own.items() if k not in ("split", "class_names")}
+    return {
+        **own,
+        "baseline": {"path": serving, "version": version, **scores},
+        "scored_before": (
+            f"the candidate is the serving model (version {version}), scored on records of "
+            f"the same content by {earlier['evaluation_path']}: not scored again"
+        ),
+    }
 
 
 def write_json(document: dict, path: str) -> None:
@@ -77,13 +128,17 @@ def evaluate_and_bless(
     # The run folder that trained the model: this run's, or with reuse_training an
     # earlier run's (its record, its curves, a remote launcher's evaluation).
     train_dir = posixpath.dirname(model_dir.rstrip("/"))
-    evaluation = evaluate_run(
-        params["training_launcher"],
-        model_dir=model_dir,
-        shards_dir=paths.shards,
-        train_dir=train_dir,
-        baseline=model_home(params),
-    )
+    evaluation = scored_before(model_dir, paths.shards, model_home(params))
+    if evaluation:
+        log(evaluation["scored_before"])
+    else:
+        evaluation = evaluate_run(
+            params["training_launcher"],
+            model_dir=model_dir,
+            shards_dir=paths.shards,
+            train_dir=train_dir,
+            baseline=model_home(params),
+        )
     verdict = bless(evaluation, blessing_rules(params))
     evaluation["verdict"] = verdict
     write_json(evaluation, paths.evaluation)

@@ -162,6 +162,9 @@ def reused_lines(paths: RunPaths, trained: dict | None) -> list[str]:
             f"reused the training in {posixpath.dirname(model_dir.rstrip('/'))} (reuse_training: "
             "the same shards and training parameters, finished)"
         )
+    scored = (read_json(paths.evaluation) or {}).get("scored_before")
+    if scored:
+        lines.append(f"reused the held-out scores: {scored}")
     return lines
 
 

@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -65,3 +66,83 @@ def test_a_reused_training_is_evaluated_and_plotted_from_its_own_run_folder(tmp_
     written = json.loads((tmp_path / "runs" / "manual__2" / "evaluation.json").read_text())
     assert written["accuracy"] == EVALUATION["accuracy"]
     assert (tmp_path / "runs" / "manual__2" / "training_curves.png").exists()
+
+
+def _shards(folder, sha="a1"):
+    from shardspec.example import SCHEMA_VERSION
+
+    folder.mkdir(parents=True)
+    shard = {"file": "test-00000-of-00001.tfrecord", "num_records": 40, "sha256": sha}
+    metadata = {
+        "schema_version": SCHEMA_VERSION,
+        "label_map": {"circle": 0, "square": 1},
+        "compression": "none",
+        "splits": {"test": {"num_records": 40, "shards": [shard]}},
+    }
+    (folder / "metadata.json").write_text(json.dumps(metadata))
+    return str(folder)
+
+
+def _published_run(tmp_path, weights="w1"):
+    """Run 1 trained, evaluated and published a model; -> (its model, this run's paths)."""
+    from orchestration.publish import publish_model
+    from orchestration.runs import RunPaths
+    from tests.orchestration.test_run_report import EVALUATION, METRICS
+    from training.model_files import EXTRA_DIR, METADATA_FILE, WEIGHTS_FINGERPRINT
+
+    first = RunPaths.for_run(str(tmp_path), "scheduled__1")
+    model = tmp_path / "runs" / "scheduled__1" / "train" / "model"
+    (model / EXTRA_DIR).mkdir(parents=True)
+    (model / "saved_model.pb").write_bytes(b"graph")
+    (model / EXTRA_DIR / METADATA_FILE).write_text(json.dumps({WEIGHTS_FINGERPRINT: weights}))
+    (model.parent / "metrics.json").write_text(json.dumps(METRICS))
+    (model.parent / "config.json").write_text("{}")
+    _shards(tmp_path / "runs" / "scheduled__1" / "shards")
+    Path(first.evaluation).write_text(json.dumps({**EVALUATION, "baseline_skipped": "none yet"}))
+    evaluated = {"evaluation_path": first.evaluation, "shards_dir": first.shards}
+    publish_model(str(model), str(tmp_path / "m"), "shapes", run_id="scheduled__1",
+                  evaluation=evaluated)  # fmt: skip
+    return str(model), RunPaths.for_run(str(tmp_path), "scheduled__2")
+
+
+def test_the_serving_model_reused_on_the_same_records_is_not_scored_again(tmp_path, monkeypatch):
+    """reuse_training took the run the serving model came from: its scores are known."""
+    from orchestration import evaluation as evaluation_module
+    from orchestration.evaluation import evaluate_and_bless
+    from tests.orchestration.test_run_report import EVALUATION
+
+    model, this = _published_run(tmp_path)
+    _shards(Path(this.shards))  # re-made, or reused by the shard cache: the same content
+    monkeypatch.setattr(evaluation_module, "evaluate_run", lambda *a, **k: pytest.fail("scored"))
+    params = {**DEFAULTS, "model_root": str(tmp_path / "m"), "accuracy_gate": 0.5}
+    lines = []
+    result = evaluate_and_bless(params, model_dir=model, paths=this, log=lines.append)
+    assert result["accuracy"] == EVALUATION["accuracy"]
+    assert result["baseline"]["version"] == 1
+    assert result["baseline"]["accuracy"] == EVALUATION["accuracy"]
+    assert result["verdict"]["blessed"]  # no regression against itself
+    assert "serving model (version 1)" in lines[0]
+    written = json.loads(Path(this.evaluation).read_text())
+    assert "not scored again" in written["scored_before"] and "baseline_skipped" not in written
+
+
+@pytest.mark.parametrize("change", ["other_model", "other_records", "earlier_scores_gone"])
+def test_anything_else_is_scored(tmp_path, change):
+    from orchestration.evaluation import scored_before
+
+    model, this = _published_run(tmp_path)
+    _shards(Path(this.shards), sha="b2" if change == "other_records" else "a1")
+    if change == "other_model":  # the candidate was trained again since
+        from training.model_files import EXTRA_DIR, METADATA_FILE, WEIGHTS_FINGERPRINT
+
+        metadata = Path(model) / EXTRA_DIR / METADATA_FILE
+        metadata.write_text(json.dumps({WEIGHTS_FINGERPRINT: "w3"}))
+    if change == "earlier_scores_gone":
+        Path(tmp_path / "runs" / "scheduled__1" / "evaluation.json").unlink()
+    assert scored_before(model, this.shards, str(tmp_path / "m" / "shapes")) is None
+
+
+def test_nothing_published_is_scored(tmp_path):
+    from orchestration.evaluation import scored_before
+
+    assert scored_before(str(tmp_path / "model"), str(tmp_path), str(tmp_path / "m")) is None
