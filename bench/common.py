@@ -62,6 +62,22 @@ def repeat(measure: Callable[[], float], repeats: int) -> dict:
     return summary([measure() for _ in range(repeats)])
 
 
+def alternated(measures: dict[str, Callable[[], float]], repeats: int) -> dict[str, dict]:
+    """Every measure once per round, in turn, for `repeats` rounds: a machine that slows
+    midway slows each alike, and each round's ratio compares neighbours in time."""
+    values: dict[str, list[float]] = {name: [] for name in measures}
+    for _ in range(repeats):
+        for name, measure in measures.items():
+            values[name].append(measure())
+    return {name: summary(found) for name, found in values.items()}
+
+
+def round_ratios(numerator: dict, denominator: dict) -> dict:
+    """Ratios of two `alternated` measures round by round: the worst, the best, all."""
+    each = [a / b for a, b in zip(numerator["values"], denominator["values"], strict=True)]
+    return {"min": min(each), "max": max(each), "values": each}
+
+
 def ratio(numerator: dict, denominator: dict) -> float:
     return numerator["median"] / denominator["median"]
 

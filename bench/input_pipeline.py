@@ -79,12 +79,17 @@ def run(
         shards = common.sharded(work, raw, max_side=max_side)
         encoded = encoded_images(shards)
         sizes[variant or "_original"] = float(tf.reduce_mean(tf.strings.length(encoded)))
-        rates["pipeline" + variant] = common.repeat(
-            measure(lambda s=shards: pipeline_dataset(s, batch_size, image_size)), repeats
+        # Alternated: the ratio is judged round by round, not across minutes apart.
+        pair = common.alternated(
+            {
+                "pipeline": measure(lambda s=shards: pipeline_dataset(s, batch_size, image_size)),
+                "ceiling": measure(
+                    lambda e=encoded: decode_ceiling_dataset(e, batch_size, image_size)
+                ),
+            },
+            repeats,
         )
-        rates["ceiling" + variant] = common.repeat(
-            measure(lambda e=encoded: decode_ceiling_dataset(e, batch_size, image_size)), repeats
-        )
+        rates["pipeline" + variant], rates["ceiling" + variant] = pair["pipeline"], pair["ceiling"]
     rates["naive"] = common.repeat(
         measure(lambda: naive_dataset(raw, batch_size, image_size)), repeats
     )
@@ -102,6 +107,9 @@ def run(
         },
         "images_per_second": rates,
         "ratio_vs_ceiling": common.ratio(rates["pipeline"], rates["ceiling"]),
+        # Each round's ratio (pipeline and ceiling timed one after the other): the goal,
+        # at least 0.9, is for every round, so the worst is what it is judged by.
+        "ratio_vs_ceiling_by_round": common.round_ratios(rates["pipeline"], rates["ceiling"]),
         "ratio_vs_naive": common.ratio(rates["pipeline"], rates["naive"]),
         "resized_shards_ratio_vs_ceiling": common.ratio(
             rates["pipeline_resized_shards"], rates["ceiling_resized_shards"]

@@ -27,7 +27,8 @@ class Run:
     workers: int
     synthetic: bool = False  # --synthetic-input: one in-memory batch repeated
     batch_multiple: int = 1  # per-replica batch x this, over as many times fewer steps
-    input_service: bool = False  # the input on a tf.data service worker on the next core
+    input_service: bool = False  # the input on tf.data service workers on the next cores
+    service_workers: int = 1
     batch_norm: str = ""  # --batch-norm; "" for the trainer's default
     # The trainer's default --cache auto (these shards fit), with epochs of one pass over
     # the split, so the timed second epoch reads decoded images from memory.
@@ -69,7 +70,7 @@ def train_once(shards: Path, out: Path, run: Run, *, steps: int, batch_per_worke
     if run.batch_norm:
         command.append(f"--batch-norm={run.batch_norm}")
     if run.input_service:  # the launcher pins the service to the core after the trainers'
-        command.append("--input-service=local:1")
+        command.append(f"--input-service=local:{run.service_workers}")
     common.timed(command, cwd=common.REPO, env=common.bench_env())
     return RunRecord.read(str(out)).final_metrics["images_per_second"]
 
@@ -98,10 +99,13 @@ def run(
             batch_per_worker=batch_per_worker * run.batch_multiple,
         )
 
-    rates = {name: common.repeat(lambda r=run: measure(r), repeats) for name, run in RUNS.items()}
+    runs = dict(RUNS)
+    if len(common.machine_cores()) >= 3:  # a core for the trainer and one per service worker
+        runs["1_worker_input_service_2"] = Run(1, input_service=True, service_workers=2)
+    rates = {name: common.repeat(lambda r=run: measure(r), repeats) for name, run in runs.items()}
     steps_per_second = {
         name: rates[name]["median"] / (batch_per_worker * run.batch_multiple * run.workers)
-        for name, run in RUNS.items()
+        for name, run in runs.items()
     }
     real_vs_synthetic = common.ratio(rates["1_worker"], rates["1_worker_synthetic"])
     result = {
@@ -127,6 +131,23 @@ def run(
         # 1 trainer: input on a tf.data service worker on the other core vs on its own core.
         "ratio_input_service_vs_in_process": common.ratio(
             rates["1_worker_input_service"], rates["1_worker"]
+        ),
+        # What any input placement can reach: the trainer on free input (synthetic) against
+        # decoding on its own core; and how much of that the service delivers.
+        "ratio_synthetic_vs_in_process": common.ratio(
+            rates["1_worker_synthetic"], rates["1_worker"]
+        ),
+        "ratio_input_service_vs_synthetic": common.ratio(
+            rates["1_worker_input_service"], rates["1_worker_synthetic"]
+        ),
+        **(
+            {
+                "ratio_input_service_2_workers_vs_in_process": common.ratio(
+                    rates["1_worker_input_service_2"], rates["1_worker"]
+                )
+            }
+            if "1_worker_input_service_2" in rates
+            else {}
         ),
         "ratio_2_vs_1_workers_large_batch": common.ratio(
             rates["2_workers_large_batch"], rates["1_worker_large_batch"]

@@ -11,7 +11,8 @@ Workers that exit with PREEMPTED_EXIT_CODE (all saved a checkpoint at the same s
 after one got SIGTERM) are restarted, all of them, up to --max-restarts times.
 With `--input-service local:N` the launcher starts the tf.data service (a
 dispatcher and N workers, `python -m training.input_service`) as a process of its
-own, on the core after the trainers' with --pin-cores, points every trainer at
+own, on the cores after the trainers' with --pin-cores (one per service worker, as
+many as there are), points every trainer at
 it, and restarts it at the same address if it dies.
 """
 
@@ -122,9 +123,9 @@ def launch(
     train_args, service_workers = _local_service_request(train_args)
     if not service_workers:
         return _attempts(num_workers, train_args, python, sink, cores, pin_cores, max_restarts)
-    core = cores[num_workers] if pin_cores and len(cores) > num_workers else None
+    spare = cores[num_workers : num_workers + service_workers] if pin_cores else []
     with tempfile.TemporaryDirectory(prefix="imagepipe-input-journal-") as journal:
-        service = SupervisedService(python, service_workers, core, sink, journal)
+        service = SupervisedService(python, service_workers, set(spare) or None, sink, journal)
         train_args = [*train_args, "--input-service", service.address]
         try:
             return _attempts(num_workers, train_args, python, sink, cores, pin_cores, max_restarts)
@@ -161,15 +162,15 @@ class SupervisedService:
     service that stayed down would stall them.
     """
 
-    def __init__(self, python: str, workers: int, core: int | None, sink, journal: str):
+    def __init__(self, python: str, workers: int, cores: set[int] | None, sink, journal: str):
         port = free_port_block(workers + 1)
         self.address = f"localhost:{port}"
         self.command = [python, "-m", "training.input_service", "--workers", str(workers),
                         "--port", str(port), "--work-dir", journal]  # fmt: skip
-        self.core, self.sink, self.restarts = core, sink, 0
+        self.cores, self.sink, self.restarts = cores, sink, 0
         self._stopping = threading.Event()
         self.process = self._start()
-        where = f" on core {core}" if core is not None else ""
+        where = f" on core(s) {','.join(map(str, sorted(cores)))}" if cores else ""
         sink.write(
             f"[launch] tf.data service pid {self.process.pid} at {self.address}, "
             f"{workers} worker(s){where}\n"
@@ -178,16 +179,14 @@ class SupervisedService:
         threading.Thread(target=self._watch, daemon=True).start()
 
     def _start(self) -> subprocess.Popen:
-        core = self.core
+        cores = self.cores
         process = subprocess.Popen(
             self.command,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
-            preexec_fn=die_with_parent(
-                (lambda: os.sched_setaffinity(0, {core})) if core is not None else None
-            ),
+            preexec_fn=die_with_parent((lambda: os.sched_setaffinity(0, cores)) if cores else None),
         )
         for line in process.stdout:
             if line.startswith("input service: dispatcher "):
