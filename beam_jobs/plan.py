@@ -34,14 +34,13 @@ log = logging.getLogger(__name__)
 MANIFEST_SUFFIXES = (".csv", ".jsonl")
 # Manifests do not carry sizes; the shard count is estimated from this many files.
 SIZE_SAMPLE = 200
-# Images one worker reads, validates and frames as one unit (a fragment of a shard): at
-# least this many, so that a unit's overhead (a fragment file, a bundle) stays small
-# against ~1 ms of validation per image...
+# Images one worker reads, validates and frames as one unit (a fragment of a shard) when a
+# shard is cut: small enough that the work spreads evenly over workers, large enough that a
+# unit's overhead (a fragment file, a bundle) stays small against ~1 ms per image.
 CHUNK_IMAGES = 64
-# ...and otherwise as large as spreading the work evenly allows: about this many units per
-# worker the job expects. A shard read as one unit is written once (its fragment becomes the
-# shard file); a shard of several is written as fragments, then again as the shard, so the
-# fewer units beyond what the workers need, the fewer bytes written twice (issue #28).
+# A shard is one unit, though, when that still leaves about this many units per worker the
+# job expects: its fragment is then renamed into the shard, so its bytes are written once,
+# where a cut shard's are written as fragments, then again as the shard (issue #28).
 UNITS_PER_WORKER = 16
 
 
@@ -89,6 +88,13 @@ class Plan:
         the splits keys hash to (not over a manifest's split column)."""
         items, sizes = self.listing
         return _place(config, list(items), sizes, self.label_map, split_overrides, self.parallelism)
+
+    def for_parallelism(self, config: ShardConfig, parallelism: int) -> Plan:
+        """The same placement, its units of work sized for `parallelism` workers (which
+        never changes a shard's bytes)."""
+        items, sizes = self.listing
+        overrides = {i.key: i.split for i in self.items if not i.reject}  # keep the splits
+        return _place(config, list(items), sizes, self.label_map, overrides, parallelism)
 
     @property
     def num_inputs(self) -> int:
@@ -415,8 +421,8 @@ def _place(
         for split in SPLIT_NAMES
     }
 
-    per_chunk = chunk_images(sum(len(members) for members in by_split.values()), parallelism)
-    final: list[WorkItem] = _chunked([i for i in placed if i.reject], per_chunk)
+    whole = whole_shard_images(sum(len(members) for members in by_split.values()), parallelism)
+    final: list[WorkItem] = _chunked([i for i in placed if i.reject], CHUNK_IMAGES)
     for split, members in by_split.items():
         # Round-robin over a hash order: balanced shards, independent of listing order.
         ordered = sorted(members, key=lambda i: (hash_fraction("shard:" + i.key), i.key))
@@ -425,7 +431,8 @@ def _place(
             shard = index % shard_counts[split]
             shards[shard].append(replace(item, shard=shard))
         for shard in sorted(shards):
-            final.extend(_chunked(shards[shard], per_chunk))
+            members = shards[shard]
+            final.extend(_chunked(members, len(members) if len(members) <= whole else CHUNK_IMAGES))
     counts = Counter(i.split for i in final if not i.reject)
     log.info(
         "planned %d inputs (%s), %d rejected while listing, %d labels",
@@ -475,10 +482,13 @@ def similar_labels_warning(label_map: dict[str, int]) -> str:
     )
 
 
-def chunk_images(num_images: int, parallelism: int) -> int:
-    """The most images in one unit of work: UNITS_PER_WORKER units per worker, never
-    fewer than CHUNK_IMAGES images. A shard no larger is read, and written, as one unit."""
-    units = UNITS_PER_WORKER * max(1, parallelism)
+def whole_shard_images(num_images: int, parallelism: int) -> int:
+    """The largest shard read, and written, as one unit: a share of the job that leaves
+    UNITS_PER_WORKER units per worker (never under CHUNK_IMAGES); larger shards are cut
+    into units of CHUNK_IMAGES. One worker has nobody to share with: every shard whole."""
+    if parallelism <= 1:
+        return max(num_images, CHUNK_IMAGES)
+    units = UNITS_PER_WORKER * parallelism
     return max(CHUNK_IMAGES, math.ceil(num_images / units))
 
 

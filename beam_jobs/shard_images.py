@@ -275,15 +275,11 @@ def describe_runner(options: PipelineOptions) -> str:
 DEFAULT_REMOTE_PARALLELISM = 8
 
 
-def expected_parallelism(options: PipelineOptions, choose_local: bool = False) -> int:
-    """The workers a run's units of work are sized for (beam_jobs.plan.chunk_images): the
-    cores when the local runner picks its own mode, else what the options say."""
+def expected_parallelism(options: PipelineOptions) -> int:
+    """The workers a run's units of work are sized for (beam_jobs.plan.whole_shard_images):
+    the local runner's, else what the options say."""
     if options.view_as(StandardOptions).runner == LOCAL_RUNNER:
-        return (
-            available_cores()
-            if choose_local
-            else options.view_as(DirectOptions).direct_num_workers or 1
-        )
+        return options.view_as(DirectOptions).direct_num_workers or 1
     workers = options.view_as(WorkerOptions)
     flink = options.view_as(FlinkRunnerOptions).parallelism
     return max(
@@ -356,7 +352,14 @@ def shard_images(
         out.check_output_is_ours(config.output)
     with _stage("planning"):
         planning = time.monotonic()
-        plan = build_plan(config, expected_parallelism(options, choose_local))
+        local = options.view_as(StandardOptions).runner == LOCAL_RUNNER
+        plan = build_plan(
+            config, available_cores() if choose_local and local else expected_parallelism(options)
+        )
+        # The local runner's mode, by the planned images; the units, for its workers.
+        _choose_local(options, plan, choose_local)
+        if expected_parallelism(options) != plan.parallelism:
+            plan = plan.for_parallelism(config, expected_parallelism(options))
         log.info(
             "planning took %.2f s (listing, labels, splits, shards)", time.monotonic() - planning
         )
@@ -371,9 +374,9 @@ def shard_images(
     try:
         if config.leak_free_splits:
             with _stage("grouping copies (--leak-free-splits)"):
-                plan = _leak_free_plan(config, options, plan, staging, choose_local)
+                plan = _leak_free_plan(config, options, plan, staging)
         with _stage("running the pipeline"):
-            _run_pipeline(config, options, plan, staging, choose_local)
+            _run_pipeline(config, options, plan, staging)
         with _stage("writing the output"):
             metadata, problem = _finish_output(config, plan, staging, key, describe_runner(options))
     except (JobFailed, KeyboardInterrupt):
@@ -433,10 +436,7 @@ def _choose_local(options: PipelineOptions, plan, choose_local: bool) -> None:
         direct.direct_running_mode, direct.direct_num_workers = mode.running_mode, mode.workers
 
 
-def _run_pipeline(
-    config: ShardConfig, options: PipelineOptions, plan, staging: str, choose_local: bool
-) -> None:
-    _choose_local(options, plan, choose_local)
+def _run_pipeline(config: ShardConfig, options: PipelineOptions, plan, staging: str) -> None:
     log.info("running the sharding pipeline on %s (staging %s)", describe_runner(options), staging)
     with beam.Pipeline(options=options) as pipeline:
         build_pipeline(pipeline, config, _plan_path(staging), staging, plan.shard_counts)
@@ -459,12 +459,9 @@ def build_grouping_pipeline(p: beam.Pipeline, config: ShardConfig, plan_path: st
     )
 
 
-def _leak_free_plan(
-    config: ShardConfig, options: PipelineOptions, plan, staging: str, choose_local: bool
-):
+def _leak_free_plan(config: ShardConfig, options: PipelineOptions, plan, staging: str):
     """Hash every image, group copies, and place each group in one split: the plan again
     with those splits (written over the staged one)."""
-    _choose_local(options, plan, choose_local)
     log.info("grouping near-copies for --leak-free-splits on %s", describe_runner(options))
     groups_dir = out.join(staging, "_groups")
     with beam.Pipeline(options=options) as pipeline:

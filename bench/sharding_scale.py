@@ -292,13 +292,19 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="also time the job in each local runner mode (is the default's pick the best?)",
     )
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=common.RESULTS,
+        help="where sharding_scale.json and its plot go (a run at other sizes beside the table's)",
+    )
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     classes = args.classes.split(",")
     unknown = set(classes) - set(CLASSES)
     if unknown:
         parser.error(f"--classes: unknown {sorted(unknown)}; known: {sorted(CLASSES)}")
-    run(args.work, sizes=sizes, classes=classes, all_modes=args.all_modes)
+    run(args.work, sizes=sizes, classes=classes, all_modes=args.all_modes, results_dir=args.results)
     return 0
 
 

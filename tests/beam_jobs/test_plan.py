@@ -92,13 +92,14 @@ def test_labels_that_differ_only_in_case_or_spacing_are_warned_about(tmp_path, c
     assert plan_module.similar_labels_warning({"cat": 0, "dog": 1, "cats": 2}) == ""
 
 
-def _train_only_plan(tmp_path, images: int, classes: int, num_shards: int):
+def _train_only_plan(tmp_path, images: int, classes: int, num_shards: int, parallelism: int = 2):
     """A plan of `images` files in `classes` folders, all in the train split."""
     root = tmp_path / "images"
     for i in range(images):
         _touch(str(root / f"c{i % classes}" / f"{i:03d}.png"))
     train_only = {"train": 1.0, "validation": 0.0, "test": 0.0}
-    return build_plan(_config(tmp_path, root, num_shards=num_shards, split_fractions=train_only))
+    config = _config(tmp_path, root, num_shards=num_shards, split_fractions=train_only)
+    return build_plan(config, parallelism)
 
 
 def test_shards_are_balanced_and_bounded(tmp_path):
@@ -307,16 +308,27 @@ def test_a_jsonl_manifest_without_one_json_object_is_a_clear_error(tmp_path):
         build_plan(_config(tmp_path, manifest))
 
 
-def test_units_of_work_are_sized_for_the_workers_and_small_shards_are_one_unit(tmp_path):
-    """A shard read as one unit is written once; larger ones are cut into equal units,
-    about UNITS_PER_WORKER per expected worker, never under CHUNK_IMAGES images."""
-    assert plan_module.chunk_images(100, parallelism=2) == plan_module.CHUNK_IMAGES
-    assert plan_module.chunk_images(40_000, parallelism=2) == 40_000 // (
+def test_a_shard_is_one_unit_when_that_leaves_enough_units_else_it_is_cut(tmp_path):
+    """A shard read as one unit is written once; one too large for the workers to share
+    the job evenly is cut into units of CHUNK_IMAGES, as every shard was before."""
+    assert plan_module.whole_shard_images(100, parallelism=2) == plan_module.CHUNK_IMAGES
+    assert plan_module.whole_shard_images(40_000, parallelism=2) == 40_000 // (
         2 * plan_module.UNITS_PER_WORKER
     )
-    plan = _train_only_plan(tmp_path, images=300, classes=2, num_shards=6)  # shards of 50
-    assert {i.chunk for i in plan.items} == {0}  # each shard one unit
-    one_shard = _train_only_plan(tmp_path, images=300, classes=2, num_shards=1)
-    assert sorted(Counter(i.chunk for i in one_shard.items).values()) == [60] * 5
-    again = one_shard.with_splits(_config(tmp_path, tmp_path / "images", num_shards=1), {})
-    assert again.parallelism == one_shard.parallelism  # placed again for the same workers
+    assert plan_module.whole_shard_images(40_000, parallelism=1) == 40_000  # nobody to share
+    # 40 shards of 100 for 2 workers: 32 units of 125 would do, so each is one unit...
+    plan = _train_only_plan(tmp_path / "many", images=4000, classes=2, num_shards=40)
+    assert {i.chunk for i in plan.items} == {0}
+    # ...and 5 shards of 400 are cut into units of at most CHUNK_IMAGES (7 of 57 or 58).
+    cut = _train_only_plan(tmp_path / "cut", images=2000, classes=2, num_shards=5)
+    cut_images = tmp_path / "cut" / "images"
+    assert max(Counter((i.shard, i.chunk) for i in cut.items).values()) <= 64
+    assert len({(i.shard, i.chunk) for i in cut.items}) == 5 * 7
+    # On one worker nothing is cut; placed for other workers, the shards stay the same.
+    train_only = {"train": 1.0, "validation": 0.0, "test": 0.0}
+    config = _config(tmp_path / "cut", cut_images, num_shards=5, split_fractions=train_only)
+    whole = cut.for_parallelism(config, 1)
+    assert {i.chunk for i in whole.items} == {0} and whole.parallelism == 1
+    assert {(i.key, i.split, i.shard) for i in whole.items} == {
+        (i.key, i.split, i.shard) for i in cut.items
+    }
