@@ -22,11 +22,10 @@ from typing import Any
 
 import fsspec
 
+from orchestration.reuse import shards_content_id
 from orchestration.runs import RunPaths
 from runspec.layout import EVALUATION
 from runspec.record import RunFolderError, read_json
-from shardspec.folder import FolderMetadata, MetadataError
-from shardspec.layout import METADATA
 from stageconfig import user_path
 from training.gate import BlessingRules, bless, check_gate, verdict_line
 
@@ -52,15 +51,6 @@ def evaluate_run(
     return evaluation
 
 
-def _content_id(shards_dir: str) -> str:
-    """What the shards hold ("" when their metadata cannot be read: then nothing matches)."""
-    try:
-        raw = read_json(posixpath.join(shards_dir.rstrip("/"), METADATA))
-        return FolderMetadata.from_json(raw).content_id if raw else ""
-    except (MetadataError, RunFolderError):
-        return ""
-
-
 def scored_before(model_dir: str, shards_dir: str, model_home_dir: str) -> dict | None:
     """The evaluation of a candidate that is the serving model itself (reuse_training took
     the run it was published from), on records with the same content as those it was
@@ -81,8 +71,8 @@ def scored_before(model_dir: str, shards_dir: str, model_home_dir: str) -> dict 
             return None
         if record.get("model") != model_identity(model_dir):
             return None
-        now = _content_id(shards_dir)
-        if not now or now != _content_id(earlier["shards_dir"]):
+        now = shards_content_id(shards_dir)
+        if not now or now != shards_content_id(earlier["shards_dir"]):
             return None
         scored = read_json(earlier["evaluation_path"])
     except (RunFolderError, OSError, ValueError):

@@ -35,6 +35,16 @@ def shards_fingerprint(shards_dir: str) -> str:
     return str(metadata.get("fingerprint", ""))
 
 
+def shards_content_id(shards_dir: str) -> str:
+    """What the shards hold (FolderMetadata.content_id; "" when their metadata cannot be
+    read: then nothing matches it)."""
+    try:
+        raw = read_json(posixpath.join(shards_dir.rstrip("/"), METADATA))
+        return FolderMetadata.from_json(raw).content_id
+    except (MetadataError, RunFolderError):
+        return ""
+
+
 def find_finished_training(
     output_root: str,
     *,
@@ -85,11 +95,8 @@ def discard_stale_training(train_dir: str, shards_dir: str) -> str:
     trained_on = config.get("shards_content")
     if not trained_on:
         return ""
-    try:
-        now = FolderMetadata.from_json(
-            read_json(posixpath.join(shards_dir.rstrip("/"), METADATA))
-        ).content_id
-    except (MetadataError, RunFolderError):
+    now = shards_content_id(shards_dir)
+    if not now:
         return ""  # the trainer names what is wrong with the shards
     fs, path = fsspec.core.url_to_fs(train_dir.rstrip("/"))
     if now == trained_on:
