@@ -124,6 +124,15 @@ stop_worker_pool() {
   fi
 }
 
+# The runner options (stdin) into DIR/options, what runs as a line on stderr, and the
+# options on stdout (what `start` prints for the caller to pass to the sharding job).
+write_options() {
+  local dir="$1" message="$2"
+  cat >"$dir/options"
+  echo "$message" >&2
+  cat "$dir/options"
+}
+
 flink_conf() {
   local dir="$1" rest_port="$2" rpc_port="$3"
   mkdir -p "$dir/conf"
@@ -177,7 +186,7 @@ flink_start() {
     ((tries < 90)) || { echo "Flink did not come up: see $dir/log" >&2; exit 1; }
     sleep 1
   done
-  cat >"$dir/options" <<OPTIONS
+  write_options "$dir" "Flink $FLINK_VERSION: JobManager http://localhost:$rest_port, 2 TaskManagers; SDK worker pool localhost:$pool_port" <<OPTIONS
 --runner=FlinkRunner
 --flink_master=localhost:$rest_port
 --flink_version=1.19
@@ -186,8 +195,6 @@ flink_start() {
 --environment_config=localhost:$pool_port
 --parallelism=2
 OPTIONS
-  echo "Flink $FLINK_VERSION: JobManager http://localhost:$rest_port, 2 TaskManagers; SDK worker pool localhost:$pool_port" >&2
-  cat "$dir/options"
 }
 
 flink_stop() {
@@ -246,15 +253,13 @@ spark_start() {
     sleep 1
   done
   echo "$ui" >"$dir/webui-port"
-  cat >"$dir/options" <<OPTIONS
+  write_options "$dir" "Spark $SPARK_VERSION: master spark://127.0.0.1:$port (UI http://127.0.0.1:$ui), 2 workers; SDK worker pool localhost:$pool_port" <<OPTIONS
 --runner=SparkRunner
 --spark_master_url=spark://127.0.0.1:$port
 --spark_job_server_jar=$SPARK_JOB_SERVER_JAR
 --environment_type=EXTERNAL
 --environment_config=localhost:$pool_port
 OPTIONS
-  echo "Spark $SPARK_VERSION: master spark://127.0.0.1:$port (UI http://127.0.0.1:$ui), 2 workers; SDK worker pool localhost:$pool_port" >&2
-  cat "$dir/options"
 }
 
 spark_stop() {
