@@ -80,7 +80,7 @@ class Plan:
     listing: tuple[list[WorkItem], dict[str, int]] = field(
         default=((), {}), repr=False, compare=False
     )
-    # The workers the plan's chunks were sized for (chunk_images); placed again alike.
+    # The workers the plan's chunks were sized for (whole_shard_images); placed again alike.
     parallelism: int = field(default=1, compare=False)
 
     def with_splits(self, config: ShardConfig, split_overrides: Mapping[str, str]) -> Plan:

@@ -358,8 +358,9 @@ def shard_images(
         )
         # The local runner's mode, by the planned images; the units, for its workers.
         _choose_local(options, plan, choose_local)
-        if expected_parallelism(options) != plan.parallelism:
-            plan = plan.for_parallelism(config, expected_parallelism(options))
+        workers = expected_parallelism(options)
+        if workers != plan.parallelism:  # one thread picked: every shard one unit
+            plan = plan.for_parallelism(config, workers)
         log.info(
             "planning took %.2f s (listing, labels, splits, shards)", time.monotonic() - planning
         )
