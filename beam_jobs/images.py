@@ -62,6 +62,14 @@ JPEG_REENCODE_QUALITY = 95
 PngImagePlugin.MAX_TEXT_CHUNK = 64 << 20
 PngImagePlugin.MAX_TEXT_MEMORY = 128 << 20
 EXIF_ORIENTATION = 0x0112
+# A JPEG stored as it is needs its pixels only for the checks and the perceptual hash, so
+# libjpeg decodes it in grey at 1/2, 1/4 or 1/8 scale (DCT scaling), keeping at least this
+# many pixels a side. Every coefficient is still entropy-decoded: truncated and corrupt
+# streams fail as at full size (800 cut and overwritten files, baseline and progressive,
+# gave the same outcome both ways), and the hash's 32x32 box average moves as little as a
+# re-encode moves it (tests/beam_jobs/test_images.py). It saves the hash's pass over the
+# full-size pixels, which cost ~45 % of the decode (docs/benchmarks.md, issue #27).
+REDUCED_DECODE_SIDE = 128
 # Transparent pixels are composited onto this, in every mode (alpha band, palette alpha,
 # a tRNS colour): TensorFlow's decoders drop alpha with channels=3, which would show
 # whatever colour a transparent pixel happens to hold.
@@ -142,41 +150,28 @@ def _prepare(data: bytes, max_side: int, max_pixels: int, steps: _Steps) -> Prep
     image, source_format = _open(data, max_pixels)
     source_width, source_height = image.size
     steps.current = "decode"
+    kept = source_format == "JPEG" and _jpeg_kept_as_is(image, data, max_side)
+    if kept:  # its pixels are only checked and hashed: decode at a reduced scale
+        image.draft("L", (REDUCED_DECODE_SIDE, REDUCED_DECODE_SIDE))
     try:
-        image.load()  # full decode: catches truncated and corrupt data
+        image.load()  # every byte decoded: catches truncated and corrupt data
     except Exception as err:
         raise _decode_error(err) from None
-
-    changed = False
-    steps.current = "orient"
-    if _exif_orientation(image) != 1:
-        # Store upright pixels: TensorFlow's decoders ignore EXIF orientation.
-        image, changed = ImageOps.exif_transpose(image), True
-
-    steps.current = "convert"
-    if image.mode not in PASSTHROUGH_MODES or "transparency" in image.info:
-        image, changed = flatten_to_rgb(image), True
-
-    steps.current = "resize"
-    if max_side and max(image.size) > max_side:
-        scale = max_side / max(image.size)
-        size = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
-        image, changed = image.resize(size, Image.Resampling.LANCZOS), True
-
     target_format = ACCEPTED_FORMATS[source_format]
-    steps.current = "check"
-    if not changed and not _proven(data, source_format):
-        changed = True  # store what Pillow decoded, re-encoded
+    image, changed = (
+        (image, False) if kept else _normalise(image, data, source_format, max_side, steps)
+    )
 
     steps.current = "encode"
     encoded = _encode(image, target_format) if changed else data
     steps.current = "phash"
     perceptual = phash(image)
+    height, width = (image.height, image.width) if changed else (source_height, source_width)
     return PreparedImage(
         encoded=encoded,
         image_format=target_format,
-        height=image.height,
-        width=image.width,
+        height=height,
+        width=width,
         sha256=hashlib.sha256(encoded).hexdigest(),
         reencoded=changed,
         source_width=source_width,
@@ -213,6 +208,45 @@ def _open(data: bytes, max_pixels: int) -> tuple[Image.Image, str]:
             f"{max_pixels} pixels",
         )
     return image, source_format
+
+
+def _normalise(
+    image: Image.Image, data: bytes, source_format: str, max_side: int, steps: _Steps
+) -> tuple[Image.Image, bool]:
+    """The decoded image as it must be stored, and whether that differs from `data`."""
+    changed = False
+    steps.current = "orient"
+    if _exif_orientation(image) != 1:
+        # Store upright pixels: TensorFlow's decoders ignore EXIF orientation.
+        image, changed = ImageOps.exif_transpose(image), True
+
+    steps.current = "convert"
+    if image.mode not in PASSTHROUGH_MODES or "transparency" in image.info:
+        image, changed = flatten_to_rgb(image), True
+
+    steps.current = "resize"
+    if max_side and max(image.size) > max_side:
+        scale = max_side / max(image.size)
+        size = (max(1, round(image.width * scale)), max(1, round(image.height * scale)))
+        image, changed = image.resize(size, Image.Resampling.LANCZOS), True
+
+    steps.current = "check"
+    if not changed and not _proven(data, source_format):
+        changed = True  # store what Pillow decoded, re-encoded
+    return image, changed
+
+
+def _jpeg_kept_as_is(image: Image.Image, data: bytes, max_side: int) -> bool:
+    """What the steps after the decode will decide for a JPEG, read from its header: nothing
+    to rotate, convert or shrink, and its bytes proven. (Only for JPEG: a PNG's EXIF may
+    follow its pixels, and Pillow decodes them to find it.)"""
+    return (
+        image.mode in PASSTHROUGH_MODES
+        and "transparency" not in image.info
+        and not (max_side and max(image.size) > max_side)
+        and _exif_orientation(image) == 1
+        and _proven(data, "JPEG")
+    )
 
 
 def _exif_orientation(image: Image.Image) -> int:

@@ -100,3 +100,57 @@ def test_pixel_limit_is_checked_from_the_header():
 def test_unsupported_format_is_rejected():
     data = _encode(_rgb(), "TIFF")
     assert _rejected(data) == "unsupported_format"
+
+
+def _photo_jpeg(**kwargs) -> bytes:
+    """A JPEG large enough for libjpeg's reduced-scale decode (both sides >= 256)."""
+    import matplotlib
+
+    photo = Image.open(f"{matplotlib.get_data_path()}/sample_data/grace_hopper.jpg")
+    return _encode(photo.convert("RGB"), "JPEG", quality=90, **kwargs)
+
+
+@pytest.mark.parametrize("progressive", [False, True])
+def test_large_jpeg_kept_as_is_has_its_full_size_and_the_full_decodes_hash(progressive):
+    from beam_jobs import perceptual_hash as ph
+
+    data = _photo_jpeg(progressive=progressive)
+    image = prepare_image(data)
+    full = Image.open(io.BytesIO(data))
+    full.load()
+    assert image.encoded == data and not image.reencoded
+    assert (image.width, image.height) == full.size == (image.source_width, image.source_height)
+    # Decoded at a quarter of its size in grey, hashed as the full decode hashes: as close
+    # as a re-encode of the photo at JPEG quality 60 is (tests/beam_jobs/test_perceptual_hash.py).
+    assert ph.distance(image.phash, ph.phash(full)) <= 2
+
+
+@pytest.mark.parametrize("progressive", [False, True])
+def test_a_damaged_jpeg_fails_as_its_full_decode_fails(progressive):
+    """The reduced-scale decode of JPEGs kept as they are still reads every coefficient:
+    cut and overwritten streams are rejected exactly when decoding them in full fails."""
+    import random
+
+    data, rng = _photo_jpeg(progressive=progressive), random.Random(7)
+    eoi = b"\xff\xd9"  # cut streams that still end in the end marker take the reduced path
+    damaged = [data[:n] + eoi for n in (len(data) // 3, len(data) // 2, len(data) - 30)]
+    for _ in range(30):
+        copy = bytearray(data)
+        at = rng.randrange(1000, len(copy) - 100)
+        copy[at : at + 40] = rng.randbytes(40)
+        damaged.append(bytes(copy))
+    failures = 0
+    for variant in damaged:
+        try:
+            Image.open(io.BytesIO(variant)).load()
+            full_decode_fails = False
+        except Exception:
+            full_decode_fails = True
+        try:
+            prepare_image(variant)
+            rejected = False
+        except ImageRejected:
+            rejected = True
+        assert rejected == full_decode_fails
+        failures += full_decode_fails
+    assert failures  # the damage reached the decoder, not only the header checks
