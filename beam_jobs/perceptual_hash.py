@@ -98,16 +98,25 @@ def band_values(values, max_distance: int, index: int):
 
 def close_pairs(hashes, max_distance: int, band_index: int | None = None) -> list[tuple[int, int]]:
     """Index pairs (i < j) of `hashes` (ints, or a uint64 array) within `max_distance`:
-    one bucket's comparisons, vectorised. With `band_index` (the band the bucket shares),
-    only pairs that agree on no earlier band: every close pair is then found in exactly
-    one bucket, its first."""
+    one bucket's comparisons. With `band_index` (the band the bucket shares), only pairs
+    that agree on no earlier band: every close pair is then found in exactly one bucket,
+    its first."""
     if len(hashes) < 2:
         return []
     import numpy as np
 
-    values = np.asarray(hashes, dtype=np.uint64)
-    earlier = [band_values(values, max_distance, k) for k in range(band_index or 0)]
-    pairs = []
+    i, j = close_pair_indices(np.asarray(hashes, dtype=np.uint64), max_distance, band_index or 0)
+    return list(zip(i.tolist(), j.tolist(), strict=True))
+
+
+def close_pair_indices(values, max_distance: int, band_index: int, earlier=None):
+    """close_pairs as two index arrays (i, j), i < j, for a uint64 array, vectorised.
+    `earlier`: the values' bands before `band_index`, when the caller has them."""
+    import numpy as np
+
+    if earlier is None:
+        earlier = [band_values(values, max_distance, k) for k in range(band_index)]
+    found_i, found_j = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)]
     n, block = len(values), 256  # rows a step: a 256 x n matrix, not n x n
     columns = np.arange(n)
     for start in range(0, n - 1, block):
@@ -117,41 +126,58 @@ def close_pairs(hashes, max_distance: int, band_index: int | None = None) -> lis
         for band in earlier:
             near &= band[rows, None] != band[None, :]
         i, j = np.nonzero(near)
-        pairs.extend(zip((i + start).tolist(), j.tolist(), strict=True))
-    return pairs
+        found_i.append(i + start)
+        found_j.append(j)
+    return np.concatenate(found_i), np.concatenate(found_j)
 
 
-def bucket_edges(values, band_index: int, max_distance: int) -> list[tuple[int, int]]:
-    """One bucket's edges as index pairs into `values` (uint64, sorted ascending): equal
-    hashes chained (in band 0 only: they share every band), and one representative of
-    each hash paired with those of the close hashes whose first shared band this is."""
+def band_edges(values, band_index: int, max_distance: int):
+    """One band's edges over all `values` (uint64), as index arrays (i, j): in band 0,
+    equal hashes chained one to the next (they share every band: n - 1 edges, not n**2 / 2),
+    and in every band, one representative of each hash paired with those of the close
+    hashes whose first shared band this is. Buckets are the runs of one band value in a
+    sort by (band value, hash); only buckets of two or more distinct hashes are compared."""
     import numpy as np
 
-    unique, first = np.unique(values, return_index=True)
-    edges = []
+    band = band_values(values, max_distance, band_index)
+    order = np.lexsort((values, band))
+    ordered, ordered_band = values[order], band[order]
+    found_i, found_j = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)]
+    repeated = ordered[1:] == ordered[:-1]  # equal hashes are neighbours in this order
     if band_index == 0:
-        same = np.flatnonzero(values[1:] == values[:-1])
-        edges += [(int(i), int(i) + 1) for i in same]
-    for i, j in close_pairs(unique, max_distance, band_index):
-        edges.append((int(first[i]), int(first[j])))
-    return edges
+        same = np.flatnonzero(repeated)
+        found_i.append(order[same])
+        found_j.append(order[same + 1])
+    distinct = np.flatnonzero(np.r_[True, ~repeated])  # each hash's first position
+    earlier = [band_values(ordered, max_distance, k) for k in range(band_index)]
+    bucket_of = ordered_band[distinct]
+    starts = np.flatnonzero(np.r_[True, bucket_of[1:] != bucket_of[:-1], True])
+    for begin, end in zip(starts[:-1].tolist(), starts[1:].tolist(), strict=True):
+        if end - begin < 2:
+            continue
+        positions = distinct[begin:end]
+        i, j = close_pair_indices(
+            ordered[positions], max_distance, band_index, [e[positions] for e in earlier]
+        )
+        found_i.append(order[positions[i]])
+        found_j.append(order[positions[j]])
+    return np.concatenate(found_i), np.concatenate(found_j)
 
 
-def groups(pairs: list[tuple[str, str]]) -> list[list[str]]:
-    """Connected components of the pairs' members, each sorted, in order of first member."""
-    parent: dict[str, str] = {}
+def components(count: int, i, j):
+    """Connected components of `count` nodes joined by edges (i[k], j[k]): each node's label
+    is the smallest node of its component. Vectorised (minimum labels hooked across edges,
+    then pointer jumping), so a few hundred thousand edges take milliseconds, not a Python
+    union-find's seconds."""
+    import numpy as np
 
-    def root(x: str) -> str:
-        while parent.setdefault(x, x) != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for a, b in pairs:
-        ra, rb = root(a), root(b)
-        if ra != rb:
-            parent[max(ra, rb)] = min(ra, rb)
-    members: dict[str, list[str]] = {}
-    for x in parent:
-        members.setdefault(root(x), []).append(x)
-    return sorted(sorted(m) for m in members.values())
+    labels = np.arange(count)
+    while True:
+        li, lj = labels[i], labels[j]
+        if np.array_equal(li, lj):
+            return labels
+        low = np.minimum(li, lj)
+        for nodes in (li, lj, i, j):  # hook the roots, then the nodes themselves
+            np.minimum.at(labels, nodes, low)
+        while not np.array_equal(jumped := labels[labels], labels):
+            labels = jumped

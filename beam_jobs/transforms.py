@@ -446,53 +446,65 @@ class FindNearCopies(beam.PTransform):
     def expand(self, hash_lists):
         max_distance, keep_exact = self.max_distance, self.keep_exact
 
-        def by_band(hashes):
-            # One packed element per chunk and band: the hashes as int64 bytes (Beam's
-            # integer coder stops at 2**63) and their holders as one JSON blob, so the
-            # shuffle and its state cache see two objects a chunk, not five an image.
-            values = np.array([v for v, _ in hashes], dtype=np.int64).tobytes()
-            holders = json.dumps([h for _, h in hashes]).encode()
+        def pack(hashes):
+            # One packed element per list (a chunk's): the hashes as int64 bytes (Beam's
+            # integer coder stops at 2**63) and their holders as one JSON blob, named by
+            # the list's first key, so the shuffle and its state cache see a few objects a
+            # chunk, not five an image.
+            if hashes:
+                values = np.array([v for v, _ in hashes], dtype=np.int64).tobytes()
+                yield hashes[0][1][0], values, json.dumps([h for _, h in hashes]).encode()
+
+        def by_band(packed):
+            name, values, _ = packed
             for index in range(max_distance + 1):
-                yield index, (values, holders)
+                yield index, (name, values)
 
         def edges(element):
             band_index, packs = element
             packs = list(packs)
-            values = np.concatenate([np.frombuffer(v, dtype=np.int64) for v, _ in packs]).view(
+            values = np.concatenate([np.frombuffer(v, dtype=np.int64) for _, v in packs]).view(
                 np.uint64
             )
-            sizes = [len(v) // 8 for v, _ in packs]
-            chunk = np.repeat(np.arange(len(packs)), sizes)
-            offset = np.concatenate([np.arange(n) for n in sizes]) if sizes else chunk
-            band = perceptual_hash.band_values(values, max_distance, band_index)
-            order = np.lexsort((values, band))  # by bucket, then by hash
-            decoded: dict[int, list] = {}
+            i, j = perceptual_hash.band_edges(values, band_index, max_distance)
+            # The images on an edge as (list, position), and the edges as indices into
+            # them: a dense set of look-alikes gives hundreds of thousands of edges, so
+            # they travel as one bytes object a band; holders are looked up once, at the end.
+            members, pairs = np.unique(np.concatenate([i, j]), return_inverse=True)
+            ends = np.cumsum([len(v) // 8 for _, v in packs])
+            pack_of = np.searchsorted(ends, members, side="right")
+            starts = np.r_[0, ends[:-1]]
+            names = [packs[p][0] for p in pack_of.tolist()]
+            at = (members - starts[pack_of]).tolist()
+            yield json.dumps([names, at]).encode(), pairs.astype(np.int32).tobytes()
 
-            def holder(i):
-                c = int(chunk[i])
-                if c not in decoded:
-                    decoded[c] = json.loads(packs[c][1])
-                return tuple(decoded[c][int(offset[i])])
-
-            pairs, holders = [], {}
-            for bucket in np.split(order, np.flatnonzero(np.diff(band[order])) + 1):
-                if len(bucket) < 2:
-                    continue
-                for a, b in perceptual_hash.bucket_edges(values[bucket], band_index, max_distance):
-                    first, second = holder(bucket[a]), holder(bucket[b])
-                    holders[first[0]], holders[second[0]] = first[1:], second[1:]
-                    pairs.append((first[0], second[0]))
-            # One element a band, one bytes object: a dense set of look-alikes gives
-            # hundreds of thousands of edges, too many to travel one by one.
-            yield json.dumps({"pairs": pairs, "holders": holders}).encode()
-
-        def near_groups(per_band):
-            holders, pairs = {}, []
-            for blob in per_band:
-                band = json.loads(blob)
-                pairs += band["pairs"]
-                holders.update((k, (k, *h)) for k, h in band["holders"].items())
-            for keys in perceptual_hash.groups(pairs):
+        def near_groups(per_band, holder_lists):
+            decoded: dict[str, list] = {}
+            ids: dict[tuple[str, int], int] = {}
+            holders, firsts, seconds = [], [], []
+            for members_blob, pairs_blob in per_band:
+                names, at = json.loads(members_blob)
+                index = np.empty(len(names), dtype=np.int64)
+                for n, member in enumerate(zip(names, at, strict=True)):
+                    if member not in ids:
+                        if member[0] not in decoded:
+                            decoded[member[0]] = json.loads(holder_lists[member[0]])
+                        ids[member] = len(holders)
+                        holders.append(tuple(decoded[member[0]][member[1]]))
+                    index[n] = ids[member]
+                pairs = np.frombuffer(pairs_blob, dtype=np.int32).reshape(2, -1)
+                firsts.append(index[pairs[0]])
+                seconds.append(index[pairs[1]])
+            if not holders:
+                return
+            labels = perceptual_hash.components(
+                len(holders), np.concatenate(firsts), np.concatenate(seconds)
+            )
+            order = np.argsort(labels, kind="stable")
+            cuts = np.flatnonzero(np.diff(labels[order])) + 1
+            for component in np.split(order, cuts):
+                members = sorted(holders[m] for m in component.tolist())
+                keys = [key for key, *_ in members]
                 if len(keys) > perceptual_hash.MAX_GROUP_SIZE:
                     yield {  # look-alikes: a count and a few names, not a group of copies
                         "kind": "alike",
@@ -503,7 +515,6 @@ class FindNearCopies(beam.PTransform):
                         "images": [],
                     }
                     continue
-                members = [holders[k] for k in keys]
                 if len({sha for *_, sha in members}) < 2 and not keep_exact:
                     continue  # the same bytes: FindCopies reports them
                 yield {
@@ -516,13 +527,15 @@ class FindNearCopies(beam.PTransform):
                     ],
                 }
 
+        packed = hash_lists | "Pack" >> beam.FlatMap(pack)
+        holder_lists = packed | "Holders" >> beam.Map(lambda p: (p[0], p[2]))
         return (
-            hash_lists
+            packed
             | "ByBand" >> beam.FlatMap(by_band)
             | "GroupByBand" >> beam.GroupByKey()
             | "ClosePairs" >> beam.FlatMap(edges)
             | "AllBands" >> beam.combiners.ToList()
-            | "JoinGroups" >> beam.FlatMap(near_groups)
+            | "JoinGroups" >> beam.FlatMap(near_groups, beam.pvalue.AsDict(holder_lists))
         )
 
 

@@ -121,8 +121,50 @@ def test_bands_cover_every_bit_once():
         assert sum(value.bit_length() for _, value in ones) == 64
 
 
-def test_groups_are_connected_components():
-    assert ph.groups([("b", "a"), ("c", "b"), ("x", "y"), ("a", "c")]) == [
-        ["a", "b", "c"],
-        ["x", "y"],
+def test_components_label_each_node_with_its_components_smallest():
+    import numpy as np
+
+    edges = np.array([(1, 0), (2, 1), (7, 8), (0, 2), (5, 5)]).T
+    assert ph.components(10, edges[0], edges[1]).tolist() == [0, 0, 0, 3, 4, 5, 6, 7, 7, 9]
+    # A chain given from its far end (the worst order for spreading the smallest label),
+    # and a random graph, against a plain union-find.
+    rng = random.Random(5)
+    chain = np.arange(1999, 0, -1)
+    assert set(ph.components(2000, chain, chain - 1).tolist()) == {0}
+    i, j = (np.array([rng.randrange(3000) for _ in range(2500)]) for _ in range(2))
+    parent = list(range(3000))
+
+    def root(x):
+        while parent[x] != x:
+            x = parent[x]
+        return x
+
+    for a, b in zip(i.tolist(), j.tolist(), strict=True):
+        parent[max(root(a), root(b))] = min(root(a), root(b))
+    assert ph.components(3000, i, j).tolist() == [root(x) for x in range(3000)]
+
+
+def test_band_edges_join_what_all_pairs_join():
+    """Over all bands, the edges (equal hashes chained, close distinct hashes paired once)
+    give the components that comparing every pair gives."""
+    import numpy as np
+
+    rng, max_distance = random.Random(11), 4
+    base = [rng.getrandbits(64) for _ in range(300)]
+    hashes = base + [v ^ (1 << rng.randrange(64)) for v in base[:60]] + base[:30]
+    values = np.array(hashes, dtype=np.uint64)
+    i, j = (
+        np.concatenate(parts)
+        for parts in zip(
+            *(ph.band_edges(values, band, max_distance) for band in range(max_distance + 1)),
+            strict=True,
+        )
+    )
+    all_pairs = [
+        (a, b)
+        for a, b in itertools.combinations(range(len(hashes)), 2)
+        if ph.distance(hashes[a], hashes[b]) <= max_distance
     ]
+    expected = ph.components(len(hashes), *np.array(all_pairs).T)
+    assert ph.components(len(hashes), i, j).tolist() == expected.tolist()
+    assert len(i) < len(all_pairs) + len(hashes)  # chains and first bands: no pair twice
