@@ -58,10 +58,14 @@ def phash(image) -> int:
     from PIL import Image
 
     low_rows = _dct_matrix(_SIDE)[:HASH_SIZE]
-    grey = image.convert("L").resize((_SIDE, _SIDE), Image.Resampling.BOX)
-    low = low_rows @ np.asarray(grey, dtype=np.float64) @ low_rows.T
-    bits = (low > np.median(low)).ravel()
-    return int.from_bytes(np.packbits(bits).tobytes(), "big")
+    grey = image if image.mode == "L" else image.convert("L")
+    small = grey.resize((_SIDE, _SIDE), Image.Resampling.BOX).tobytes()
+    low = (
+        low_rows @ np.frombuffer(small, dtype=np.uint8).reshape(_SIDE, _SIDE) @ low_rows.T
+    ).ravel()
+    half = HASH_SIZE * HASH_SIZE // 2
+    middle = np.partition(low, (half - 1, half))[half - 1 : half + 1].mean()  # np.median, faster
+    return int.from_bytes(np.packbits(low > middle).tobytes(), "big")
 
 
 def to_int64(value: int) -> int:

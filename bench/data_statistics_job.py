@@ -2,10 +2,10 @@
 is (`with`) or with its data statistics and perceptual hashing taken out (`without`: what
 the job did before issue #27), for bench/data_statistics.py to time side by side.
 
-The switch lives here, not in the job: `without` replaces the pHash with a constant, the
-per-image statistics with nothing and the near-copy search with an empty transform. The
-patches reach Beam's workers only when they share this process, so the bench runs both
-variants on worker threads (`--direct_running_mode=multi_threading`).
+The switch lives here and in bench/without_statistics, not in the job: `without` replaces
+the pHash with a constant and the per-image statistics with nothing (sitecustomize.py
+there, in every process, worker processes included) and the near-copy search with an
+empty transform (here, where the pipeline is built).
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ class _NoNearCopies(beam.PTransform):
 
 def main(argv: list[str]) -> int:
     variant, job_args = argv[0], argv[1:]
-    from beam_jobs import images, shard_images, transforms
+    from beam_jobs import shard_images
 
     if variant == "without":
-        images.phash = lambda image: 0
-        transforms.ImageStatistics.add = lambda self, **kwargs: None
+        if not getattr(sys.modules.get("sitecustomize"), "WITHOUT_STATISTICS", False):
+            raise SystemExit("without: bench/without_statistics must be on PYTHONPATH")
         shard_images.FindNearCopies = _NoNearCopies
     elif variant != "with":
         raise SystemExit(f"variant must be with or without, not {variant!r}")
