@@ -11,6 +11,8 @@ Beam workers is what lets a second worker pay off.
 
 from __future__ import annotations
 
+from functools import cache
+
 # Bumped whenever a key, dtype or meaning changes; readers refuse other versions.
 SCHEMA_VERSION = 1
 
@@ -57,6 +59,8 @@ _LENGTH_DELIMITED = 2
 
 
 def _varint(value: int) -> bytes:
+    if 0 <= value < 0x80:
+        return bytes((value,))
     value &= 0xFFFFFFFFFFFFFFFF  # int64 wire form: negative numbers as 10-byte two's complement
     out = bytearray()
     while value > 0x7F:
@@ -66,17 +70,8 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
-def _field(number: int, payload: bytes) -> bytes:
-    """A length-delimited field: tag, length, payload."""
-    return _varint(number << 3 | _LENGTH_DELIMITED) + _varint(len(payload)) + payload
-
-
-def _bytes_feature(value: bytes) -> bytes:
-    return _field(1, _field(1, value))  # Feature.bytes_list = 1 { BytesList.value = 1 }
-
-
-def _int64_feature(value: int) -> bytes:
-    return _field(3, _field(1, _varint(value)))  # Feature.int64_list = 3 { packed value = 1 }
+# Tags of the length-delimited fields an Example is made of (field number << 3 | 2).
+_FIELD_1, _FIELD_2, _FIELD_3 = b"\x0a", b"\x12", b"\x1a"
 
 
 def _map_order(key: str) -> list[int]:
@@ -87,17 +82,40 @@ def _map_order(key: str) -> list[int]:
     return [*key.encode(), 256]
 
 
+@cache
+def _ordered(keys: tuple[str, ...]) -> tuple[tuple[str, bytes], ...]:
+    """The keys in map order, each with its map entry's key field."""
+    return tuple(
+        (k, _FIELD_1 + _varint(len(k.encode())) + k.encode()) for k in sorted(keys, key=_map_order)
+    )
+
+
 def serialize_features(values: dict[str, bytes | int]) -> bytes:
-    """Any `{key: bytes | int}` as a serialised Example with one value per feature."""
-    entries = []
-    for key in sorted(values, key=_map_order):
+    """Any `{key: bytes | int}` as a serialised Example with one value per feature.
+
+    Each feature is Features.feature = 1, a map entry {key = 1, value = 2: Feature}, and a
+    Feature is bytes_list = 1 or int64_list = 3 around a list whose value = 1. The lengths
+    are added up rather than each level wrapped in turn, so the image bytes are copied
+    once, by the final join, not once per level of nesting."""
+    parts, length = [], 0
+    for key, entry_key in _ordered(tuple(values)):
         value = values[key]
         if isinstance(value, bool) or not isinstance(value, bytes | int):
             raise TypeError(f"feature {key!r} must be bytes or int, got {type(value).__name__}")
-        feature = _bytes_feature(value) if isinstance(value, bytes) else _int64_feature(value)
-        # Features.feature = 1: a map entry {key = 1, value = 2}
-        entries.append(_field(1, _field(1, key.encode()) + _field(2, feature)))
-    return _field(1, b"".join(entries))  # Example.features = 1
+        kind, payload = (
+            (_FIELD_1, value) if isinstance(value, bytes) else (_FIELD_3, _varint(value))
+        )
+        list_head = _FIELD_1 + _varint(len(payload))
+        feature_length = len(list_head) + len(payload)
+        feature_head = kind + _varint(feature_length)
+        value_head = _FIELD_2 + _varint(len(feature_head) + feature_length)
+        entry_length = len(entry_key) + len(value_head) + len(feature_head) + feature_length
+        head = b"".join(
+            (_FIELD_1, _varint(entry_length), entry_key, value_head, feature_head, list_head)
+        )
+        parts += (head, payload)
+        length += len(head) + len(payload)
+    return b"".join((_FIELD_1, _varint(length), *parts))  # Example.features = 1
 
 
 def encode_example(
