@@ -113,7 +113,8 @@ def walk(root: str) -> list[Entry]:
                 dirs.remove(name)
                 entries.append(Entry(os.path.join(folder, name), 0, "symlink_loop", real))
             seen.add(real)
-        entries.extend(local_entry(os.path.join(folder, name)) for name in files)
+        prefix = folder if folder.endswith("/") else folder + "/"  # os.path.join, per file
+        entries.extend(local_entry(prefix + name) for name in files)
     return sorted(entries, key=lambda e: e.path)
 
 

@@ -252,6 +252,8 @@ def text_name(name: str) -> str:
     read the file stays as it was; its key, label, every line written about it and
     every message naming it use this form.
     """
+    if name.isascii():  # the usual case, and a per-file cost while planning: no surrogates
+        return name
     return name.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
 
 
