@@ -49,7 +49,6 @@ from beam_jobs.local_runner import (
 from beam_jobs.perceptual_hash import MAX_GROUP_SIZE
 from beam_jobs.plan import InputError, WorkItem, build_plan
 from beam_jobs.transforms import (
-    CONTENT,
     ERRORS,
     FRAGMENTS,
     HASHES,
@@ -315,7 +314,7 @@ def build_pipeline(
         out.join(staging, out.ERRORS_DIR, "errors"), key_field="key", num_files=4
     )
     (
-        results[CONTENT]
+        results[HASHES]
         | "FindCopies" >> FindCopies()
         | "WriteCopies"
         >> WriteJsonLines(out.join(staging, out.COPIES_DIR, "copies"), key_field="sha256")

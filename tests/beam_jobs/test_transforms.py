@@ -10,9 +10,9 @@ from PIL import Image
 
 from beam_jobs.plan import WorkItem
 from beam_jobs.transforms import (
-    CONTENT,
     ERRORS,
     FRAGMENTS,
+    HASHES,
     FindCopies,
     ReadImages,
     WriteShards,
@@ -94,7 +94,7 @@ def test_copies_are_found_by_content_whatever_their_names(tmp_path):
     digest = hashlib.sha256(one.read_bytes()).hexdigest()
     with TestPipeline() as p:
         results = p | beam.Create(items) | ReadImages(str(tmp_path), max_side=0, max_pixels=10**6)
-        copies = results[CONTENT] | FindCopies()
+        copies = results[HASHES] | FindCopies()
         assert_that(
             copies,
             equal_to(
