@@ -18,8 +18,8 @@ import os
 import posixpath
 import unicodedata
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field, replace
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 
 from apache_beam.io.filesystems import FileSystems
 
@@ -50,7 +50,7 @@ class InputError(ValueError):
 
 @dataclass(frozen=True)
 class WorkItem:
-    """One line of the plan. `reject` is set for inputs refused while listing."""
+    """One input of the plan. `reject` is set for inputs refused while listing."""
 
     uri: str
     key: str
@@ -62,12 +62,28 @@ class WorkItem:
     reject: str = ""
     version: str = ""  # size@modified from the listing (folders); manifests leave it empty
 
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
+    @property
+    def unit(self) -> tuple[str, int, int]:
+        """The unit of work it is read in: (split, shard, chunk)."""
+        return self.split, self.shard, self.chunk
 
-    @classmethod
-    def from_json(cls, line: str) -> WorkItem:
-        return cls(**json.loads(line))
+
+def unit_lines(items: Iterable[WorkItem]) -> Iterator[str]:
+    """The plan as written for the pipeline: one JSON line per unit of work, its items in
+    order. The pipeline reads units as they are, rather than one element per image
+    grouped again by unit: a shuffle of every image cost more CPU than framing it, and on
+    the local runner held every image's plan line in the driver (issue #28)."""
+    units: dict[tuple[str, int, int], list[dict]] = defaultdict(list)
+    for item in items:
+        units[item.unit].append(item.__dict__)
+    for unit, members in units.items():
+        yield json.dumps({"unit": unit, "items": members}, sort_keys=True)
+
+
+def parse_unit(line: str) -> tuple[tuple[str, int, int], list[WorkItem]]:
+    """A line of `unit_lines` -> ((split, shard, chunk), its WorkItems)."""
+    raw = json.loads(line)
+    return tuple(raw["unit"]), [WorkItem(**item) for item in raw["items"]]
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from apache_beam.options.pipeline_options import (
 from beam_jobs import cache
 from beam_jobs import output as out
 from beam_jobs.config import ConfigError, ShardConfig, add_arguments, config_from_args
-from beam_jobs.fs import escape_glob, json_bytes
+from beam_jobs.fs import json_bytes
 from beam_jobs.images import INTERNAL_ERROR
 from beam_jobs.local_runner import (
     LOCAL_RUNNER,
@@ -47,7 +47,7 @@ from beam_jobs.local_runner import (
     choose_local_mode,
 )
 from beam_jobs.perceptual_hash import MAX_GROUP_SIZE
-from beam_jobs.plan import InputError, WorkItem, build_plan
+from beam_jobs.plan import InputError, build_plan, unit_lines
 from beam_jobs.transforms import (
     ERRORS,
     FRAGMENTS,
@@ -58,6 +58,7 @@ from beam_jobs.transforms import (
     HashImageFn,
     MergeStatisticsFn,
     ReadImages,
+    ReadPlanUnits,
     WriteJsonLines,
     WriteShards,
     group_splits,
@@ -296,12 +297,8 @@ def build_pipeline(
     staging: str,
     shard_counts: dict[str, int],
 ) -> None:
-    items = (
-        p
-        | "ReadPlan" >> beam.io.ReadFromText(escape_glob(plan_path))
-        | "ParsePlan" >> beam.Map(WorkItem.from_json)
-    )
-    results = items | "ReadImages" >> ReadImages(
+    units = p | "ReadPlan" >> ReadPlanUnits(plan_path)
+    results = units | "ReadImages" >> ReadImages(
         staging, config.max_side, config.max_pixels, int(config.max_file_mb * 2**20)
     )
     reports = results[FRAGMENTS] | "WriteShards" >> WriteShards(
@@ -426,7 +423,7 @@ def _plan_path(staging: str) -> str:
 
 
 def _write_plan(staging: str, plan) -> None:
-    out.write_bytes(_plan_path(staging), "".join(i.to_json() + "\n" for i in plan.items).encode())
+    out.write_bytes(_plan_path(staging), "".join(f"{u}\n" for u in unit_lines(plan.items)).encode())
 
 
 def _choose_local(options: PipelineOptions, plan, choose_local: bool) -> None:
@@ -446,9 +443,8 @@ def build_grouping_pipeline(p: beam.Pipeline, config: ShardConfig, plan_path: st
     """--leak-free-splits' first pass: every planned image's pHash -> groups of copies."""
     (
         p
-        | "ReadPlan" >> beam.io.ReadFromText(escape_glob(plan_path))
-        | "ParsePlan" >> beam.Map(WorkItem.from_json)
-        | "Spread" >> beam.Reshuffle()  # the plan is one file: one bundle without this
+        | "ReadPlan" >> ReadPlanUnits(plan_path)
+        | "Items" >> beam.FlatMap(lambda unit: unit[1])
         | "HashImages"
         >> beam.ParDo(
             HashImageFn(config.max_side, config.max_pixels, int(config.max_file_mb * 2**20))

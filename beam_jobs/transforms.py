@@ -25,7 +25,7 @@ from apache_beam.metrics import Metrics
 from beam_jobs import fs, perceptual_hash
 from beam_jobs.images import INTERNAL_ERROR, ImageRejected, PreparedImage, prepare_image, step
 from beam_jobs.output import write_bytes
-from beam_jobs.plan import REJECT_DETAILS, WorkItem
+from beam_jobs.plan import REJECT_DETAILS, WorkItem, parse_unit
 from beam_jobs.splits import hash_fraction
 from shardspec.example import encode_example
 from shardspec.layout import shard_name
@@ -122,10 +122,6 @@ def _log_internal_error(record: dict) -> None:
         log.warning(
             "further inputs that fail unexpectedly are not logged one by one; errors/ lists each"
         )
-
-
-def chunk_key(item: WorkItem) -> tuple[str, int, int]:
-    return item.split, item.shard, item.chunk
 
 
 def fragment_path(directory: str, split: str, shard: int, chunk: int) -> str:
@@ -250,10 +246,41 @@ def group_splits(group: dict) -> dict[str, str]:
     return {image["key"]: first["split"] for image in group["images"]}
 
 
+class ReadPlanUnits(beam.PTransform):
+    """The plan file (plan.unit_lines) -> its units of work, ((split, shard, chunk), items),
+    spread over the workers: the plan is one file, read in one bundle without the
+    Reshuffle, which moves a line per unit, not an element per image."""
+
+    def __init__(self, plan_path: str):
+        super().__init__()
+        self.plan_path = plan_path
+
+    def expand(self, p):
+        return (
+            p
+            | "ReadLines" >> beam.io.ReadFromText(fs.escape_glob(self.plan_path))
+            | "Spread" >> beam.Reshuffle()
+            | "ParseUnits" >> beam.Map(parse_unit)
+        )
+
+
+class GroupIntoUnits(beam.PTransform):
+    """WorkItems -> units of work, ((split, shard, chunk), items): for items that do not
+    come from a plan file (tests, a caller's own PCollection)."""
+
+    def expand(self, items):
+        return (
+            items
+            | "KeyByUnit" >> beam.Map(lambda item: (item.unit, item))
+            | "GroupByUnit" >> beam.GroupByKey()
+        )
+
+
 class ReadImages(beam.PTransform):
-    """WorkItems -> tagged outputs `fragments` (reports of fragment files), `errors`,
-    `stats` (per-chunk statistics) and `hashes` (per chunk, each stored image's pHash with
-    its key, label, split and the sha256 of its bytes)."""
+    """Units of work ((split, shard, chunk), WorkItems) -> tagged outputs `fragments`
+    (reports of fragment files), `errors`, `stats` (per-chunk statistics) and `hashes`
+    (per chunk, each stored image's pHash with its key, label, split and the sha256 of its
+    bytes)."""
 
     def __init__(
         self, directory: str, max_side: int, max_pixels: int, max_bytes: int = DEFAULT_MAX_BYTES
@@ -264,17 +291,10 @@ class ReadImages(beam.PTransform):
         self.max_pixels = max_pixels
         self.max_bytes = max_bytes
 
-    def expand(self, items):
-        return (
-            items
-            # Groups a few dozen small plan lines; also spreads them over all workers.
-            | "KeyByChunk" >> beam.Map(lambda item: (chunk_key(item), item))
-            | "GroupByChunk" >> beam.GroupByKey()
-            | "ReadAndValidate"
-            >> beam.ParDo(
-                ReadChunkFn(self.directory, self.max_side, self.max_pixels, self.max_bytes)
-            ).with_outputs(ERRORS, STATS, HASHES, main=FRAGMENTS)
-        )
+    def expand(self, units):
+        return units | "ReadAndValidate" >> beam.ParDo(
+            ReadChunkFn(self.directory, self.max_side, self.max_pixels, self.max_bytes)
+        ).with_outputs(ERRORS, STATS, HASHES, main=FRAGMENTS)
 
 
 class AssembleShardFn(beam.DoFn):

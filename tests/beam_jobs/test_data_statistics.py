@@ -16,7 +16,14 @@ from PIL import Image
 
 from beam_jobs import perceptual_hash as ph
 from beam_jobs.plan import WorkItem
-from beam_jobs.transforms import HASHES, STATS, FindNearCopies, MergeStatisticsFn, ReadImages
+from beam_jobs.transforms import (
+    HASHES,
+    STATS,
+    FindNearCopies,
+    GroupIntoUnits,
+    MergeStatisticsFn,
+    ReadImages,
+)
 from shardspec import statistics as st
 from shardspec.example import IMAGE_ENCODED, IMAGE_ID, IMAGE_PHASH
 from tests.beam_jobs.test_perceptual_hash import PHOTO, _tiles, edited_copies
@@ -38,7 +45,7 @@ def test_statistics_partials_merge_into_the_whole_jobs_histograms(tmp_path):
         Image.new("RGB", size, (i, 2, 3)).save(path)
         items.append(_item(path, f"cat/{i}.png", chunk=i % 2))  # two chunks: two partials
     with TestPipeline() as p:
-        results = p | beam.Create(items) | ReadImages(str(tmp_path), 0, 10**8)
+        results = p | beam.Create(items) | GroupIntoUnits() | ReadImages(str(tmp_path), 0, 10**8)
         merged = results[STATS] | beam.CombineGlobally(MergeStatisticsFn())
 
         def check(rows):
@@ -66,7 +73,7 @@ def test_near_copies_are_grouped_and_unrelated_images_are_not(tmp_path):
         image.save(path)
         items.append(_item(path, key, split="test" if key.startswith("copies") else "train"))
     with TestPipeline() as p:
-        results = p | beam.Create(items) | ReadImages(str(tmp_path), 0, 10**8)
+        results = p | beam.Create(items) | GroupIntoUnits() | ReadImages(str(tmp_path), 0, 10**8)
         groups = results[HASHES] | FindNearCopies(ph.DEFAULT_MAX_DISTANCE)
         keys = groups | beam.Map(lambda g: (g["kind"], [i["key"] for i in g["images"]]))
         expected = sorted(k for k in images if not k.startswith("tiles"))

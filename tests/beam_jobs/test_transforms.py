@@ -14,6 +14,7 @@ from beam_jobs.transforms import (
     FRAGMENTS,
     HASHES,
     FindCopies,
+    GroupIntoUnits,
     ReadImages,
     WriteShards,
     fragment_path,
@@ -54,7 +55,12 @@ def test_read_images_routes_good_and_bad_files(tmp_path):
         WorkItem(uri="x", key="x", label="", reject="no_label_dir"),
     ]
     with TestPipeline() as p:
-        results = p | beam.Create(items) | ReadImages(str(tmp_path), max_side=0, max_pixels=10**6)
+        results = (
+            p
+            | beam.Create(items)
+            | GroupIntoUnits()
+            | ReadImages(str(tmp_path), max_side=0, max_pixels=10**6)
+        )
         fragments = results[FRAGMENTS] | "Chunks" >> beam.Map(
             lambda f: (f["split"], f["index"], f["chunk"], f["num_records"])
         )
@@ -93,7 +99,12 @@ def test_copies_are_found_by_content_whatever_their_names(tmp_path):
     ]
     digest = hashlib.sha256(one.read_bytes()).hexdigest()
     with TestPipeline() as p:
-        results = p | beam.Create(items) | ReadImages(str(tmp_path), max_side=0, max_pixels=10**6)
+        results = (
+            p
+            | beam.Create(items)
+            | GroupIntoUnits()
+            | ReadImages(str(tmp_path), max_side=0, max_pixels=10**6)
+        )
         copies = results[HASHES] | FindCopies()
         assert_that(
             copies,
@@ -136,7 +147,12 @@ def test_a_shard_is_its_chunks_in_chunk_order_sorted_by_key(tmp_path):
         items.append(WorkItem(**{**item.__dict__, "shard": shard}))
     out = tmp_path / "out"
     with TestPipeline() as p:
-        results = p | beam.Create(items) | ReadImages(str(out), max_side=0, max_pixels=10**6)
+        results = (
+            p
+            | beam.Create(items)
+            | GroupIntoUnits()
+            | ReadImages(str(out), max_side=0, max_pixels=10**6)
+        )
         reports = (
             results[FRAGMENTS]
             | WriteShards(str(out), {"train": 2}, "gzip")
@@ -169,7 +185,12 @@ def _shard_of(tmp_path, layout, compression, monkeypatch=None):
     out = tmp_path / "out"
     counts = {"train": 1 + max(shard for _, shard, _ in layout)}
     with TestPipeline() as p:
-        results = p | beam.Create(items) | ReadImages(str(out), max_side=0, max_pixels=10**6)
+        results = (
+            p
+            | beam.Create(items)
+            | GroupIntoUnits()
+            | ReadImages(str(out), max_side=0, max_pixels=10**6)
+        )
         reports = results[FRAGMENTS] | WriteShards(str(out), counts, compression)
         reports | beam.Map(lambda r: (out / "report.jsonl").open("a").write(json.dumps(r) + "\n"))
     rows = [json.loads(line) for line in (out / "report.jsonl").read_text().splitlines()]
