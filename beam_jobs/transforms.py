@@ -407,8 +407,6 @@ class FindCopies(beam.PTransform):
     its CPU and, on the local runner, in the driver's memory) than finding the copies.
     """
 
-    BUCKETS = "0123456789abcdef"
-
     def expand(self, hash_lists):
         def by_bucket(hashes):
             buckets: dict[str, list] = defaultdict(list)
