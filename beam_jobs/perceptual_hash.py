@@ -100,22 +100,11 @@ def band_values(values, max_distance: int, index: int):
     return (values >> np.uint64(64 - high)) & np.uint64((1 << (high - low)) - 1)
 
 
-def close_pairs(hashes, max_distance: int, band_index: int | None = None) -> list[tuple[int, int]]:
-    """Index pairs (i < j) of `hashes` (ints, or a uint64 array) within `max_distance`:
-    one bucket's comparisons. With `band_index` (the band the bucket shares), only pairs
-    that agree on no earlier band: every close pair is then found in exactly one bucket,
-    its first."""
-    if len(hashes) < 2:
-        return []
-    import numpy as np
-
-    i, j = close_pair_indices(np.asarray(hashes, dtype=np.uint64), max_distance, band_index or 0)
-    return list(zip(i.tolist(), j.tolist(), strict=True))
-
-
 def close_pair_indices(values, max_distance: int, band_index: int, earlier=None):
-    """close_pairs as two index arrays (i, j), i < j, for a uint64 array, vectorised.
-    `earlier`: the values' bands before `band_index`, when the caller has them."""
+    """Index pairs (i < j) of `values` (a uint64 array: one bucket) within `max_distance`,
+    as two arrays, vectorised. Only pairs that agree on no band before `band_index` (the
+    band the bucket shares): every close pair is then found in exactly one bucket, its
+    first. `earlier`: the values' bands before `band_index`, when the caller has them."""
     import numpy as np
 
     if earlier is None:

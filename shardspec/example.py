@@ -55,8 +55,6 @@ STORED_FORMATS = ("jpeg", "png")
 # claim 40000x40000 pixels, 4.8 GB decoded).
 MAX_PIXELS = 50_000_000
 
-_LENGTH_DELIMITED = 2
-
 
 def _varint(value: int) -> bytes:
     if 0 <= value < 0x80:
@@ -71,7 +69,8 @@ def _varint(value: int) -> bytes:
 
 
 # Tags of the length-delimited fields an Example is made of (field number << 3 | 2).
-_FIELD_1, _FIELD_2, _FIELD_3 = b"\x0a", b"\x12", b"\x1a"
+_LENGTH_DELIMITED = 2
+_FIELD_1, _FIELD_2, _FIELD_3 = (_varint(n << 3 | _LENGTH_DELIMITED) for n in (1, 2, 3))
 
 
 def _map_order(key: str) -> list[int]:

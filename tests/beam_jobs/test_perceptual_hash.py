@@ -7,6 +7,7 @@ import itertools
 import random
 
 import matplotlib
+import numpy as np
 import pytest
 from PIL import Image, ImageEnhance
 
@@ -109,8 +110,8 @@ def test_banded_search_finds_exactly_the_close_pairs(max_distance):
     found = []
     for (band_index, _), members in buckets.items():
         members = sorted(members)
-        pairs = ph.close_pairs(members, max_distance, band_index)
-        found += [(members[i], members[j]) for i, j in pairs]
+        i, j = ph.close_pair_indices(np.array(members, dtype=np.uint64), max_distance, band_index)
+        found += [(members[a], members[b]) for a, b in zip(i.tolist(), j.tolist(), strict=True)]
     assert sorted(found) == sorted(expected)  # each close pair once: from its first band
 
 
@@ -122,8 +123,6 @@ def test_bands_cover_every_bit_once():
 
 
 def test_components_label_each_node_with_its_components_smallest():
-    import numpy as np
-
     edges = np.array([(1, 0), (2, 1), (7, 8), (0, 2), (5, 5)]).T
     assert ph.components(10, edges[0], edges[1]).tolist() == [0, 0, 0, 3, 4, 5, 6, 7, 7, 9]
     # A chain given from its far end (the worst order for spreading the smallest label),
@@ -147,8 +146,6 @@ def test_components_label_each_node_with_its_components_smallest():
 def test_band_edges_join_what_all_pairs_join():
     """Over all bands, the edges (equal hashes chained, close distinct hashes paired once)
     give the components that comparing every pair gives."""
-    import numpy as np
-
     rng, max_distance = random.Random(11), 4
     base = [rng.getrandbits(64) for _ in range(300)]
     hashes = base + [v ^ (1 << rng.randrange(64)) for v in base[:60]] + base[:30]
