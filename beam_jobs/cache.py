@@ -25,7 +25,7 @@ import json
 import logging
 import os
 import uuid
-from dataclasses import asdict, replace
+from dataclasses import asdict
 
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
@@ -68,7 +68,7 @@ def fingerprint(config: ShardConfig, plan: Plan) -> str:
     digest.update(json.dumps(head, sort_keys=True).encode())
     for item in sorted(plan.items, key=lambda i: (i.key, i.uri)):
         if not item.version and not item.reject:
-            item = replace(item, version=fs.check_readable(item.uri, 2**63).version)
+            item = item._replace(version=fs.check_readable(item.uri, 2**63).version)
         row = [item.uri, item.key, item.label, item.split, item.reject, item.version]
         # surrogateescape: a file name that is not UTF-8 hashes as its own bytes
         digest.update(

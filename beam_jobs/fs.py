@@ -15,7 +15,7 @@ import re
 import shutil
 import stat
 import warnings
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from apache_beam.io.filesystems import FileSystems
 
@@ -73,8 +73,9 @@ def files_under(directory: str, tail: str = "**") -> list[str]:
     return sorted(m.path for m in matches if m.path.startswith(directory + "/"))
 
 
-@dataclass(frozen=True)
-class Entry:
+class Entry(NamedTuple):
+    """One listed file (a tuple: a listing makes one per file)."""
+
     path: str
     size: int
     problem: str = ""  # "" for a readable regular file, else a dead-letter reason

@@ -9,7 +9,9 @@ shards, byte for byte, whatever runner or parallelism executes the plan.
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import gc
 import io
 import json
 import logging
@@ -19,13 +21,14 @@ import posixpath
 import unicodedata
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from apache_beam.io.filesystems import FileSystems
 
 from beam_jobs import fs
 from beam_jobs.config import ShardConfig
-from beam_jobs.splits import SPLIT_NAMES, assign_split, hash_fraction, split_name
+from beam_jobs.splits import SPLIT_NAMES, hash_fraction, hash_fractions, split_at, split_name
 from shardspec.folder import MIN_CLASSES
 from stageconfig import ConfigError, is_inside, local_path, text_name
 
@@ -48,9 +51,11 @@ class InputError(ValueError):
     """The input cannot be used at all (missing, empty, malformed manifest)."""
 
 
-@dataclass(frozen=True)
-class WorkItem:
-    """One input of the plan. `reject` is set for inputs refused while listing."""
+class WorkItem(NamedTuple):
+    """One input of the plan. `reject` is set for inputs refused while listing.
+
+    A tuple, not a dataclass: the planner makes two per image (as listed, as placed), and a
+    tuple is a third of the time to make and half the memory (issue #28, 200,000 images)."""
 
     uri: str
     key: str
@@ -75,7 +80,7 @@ def unit_lines(items: Iterable[WorkItem]) -> Iterator[str]:
     the local runner held every image's plan line in the driver (issue #28)."""
     units: dict[tuple[str, int, int], list[dict]] = defaultdict(list)
     for item in items:
-        units[item.unit].append(item.__dict__)
+        units[item.unit].append(item._asdict())
     for unit, members in units.items():
         yield json.dumps({"unit": unit, "items": members}, sort_keys=True)
 
@@ -156,8 +161,8 @@ def list_folder(root: str) -> tuple[list[WorkItem], dict[str, int]]:
         relative = text_name(entry.path[len(root) :].lstrip("/"))
         if not relative or _is_hidden(relative):
             continue  # dot-files, _SUCCESS-style markers, editor droppings
-        parts = relative.split("/")
-        label = parts[0] if len(parts) > 1 else ""
+        folder, inside, _ = relative.partition("/")
+        label = folder if inside else ""
         reject = entry.problem or ("" if label else "no_label_dir")
         items.append(
             WorkItem(
@@ -368,6 +373,22 @@ def load_label_map(uri: str) -> dict[str, int]:
     return normalised
 
 
+@contextlib.contextmanager
+def _collector_paused():
+    """Planning with Python's cycle collector paused: it allocates a few objects per image
+    and frees none in cycles, yet each burst of allocations set off a collection that
+    walked every object made so far, a third of the planning time at 200,000 images
+    (bench/sharding_scale.py). Reference counting frees everything as before."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+@_collector_paused()
 def build_plan(config: ShardConfig, parallelism: int = 1) -> Plan:
     """List the input and decide label ids, splits and balanced shard assignments, in
     units of work sized for `parallelism` workers (whole_shard_images)."""
@@ -378,12 +399,10 @@ def build_plan(config: ShardConfig, parallelism: int = 1) -> Plan:
         items, sizes = list_folder(config.input)
     if not items:
         raise InputError(f"no input files found under {config.input}")
-    # Copied only where the name changes: dataclasses.replace() is most of the planning
-    # time at 40,000 images (bench/sharding_scale.py's planning seconds).
+    # Normalised once per label, and copied only where the name changes.
+    names = {label: label_name(label) for label in {item.label for item in items}}
     items = [
-        item
-        if label_name(item.label) == item.label
-        else replace(item, label=label_name(item.label))
+        item if names[item.label] == item.label else item._replace(label=names[item.label])
         for item in items
     ]
 
@@ -407,6 +426,7 @@ def build_plan(config: ShardConfig, parallelism: int = 1) -> Plan:
     return _place(config, items, sizes, label_map, {}, parallelism)
 
 
+@_collector_paused()
 def _place(
     config: ShardConfig,
     items: list[WorkItem],
@@ -418,25 +438,27 @@ def _place(
     """Listed items -> a Plan: label ids, splits (a manifest's, else an override, else
     the key's hash) and balanced shard and chunk assignments."""
     # Labels and splits are decided here, but each item is copied once, with its shard and
-    # chunk below: dataclasses.replace() was most of the planning time at 40,000 images.
+    # chunk, below.
     rejected: list[WorkItem] = []
-    by_split: dict[str, list[WorkItem]] = defaultdict(list)
+    # Per split, (place in the split's shard order, key, item): sorted as plain tuples.
+    by_split: dict[str, list[tuple[float, str, WorkItem]]] = defaultdict(list)
     for item in items:
         if item.reject:
             rejected.append(item)
         elif item.label not in label_map:
-            rejected.append(replace(item, reject="unknown_label"))
+            rejected.append(item._replace(reject="unknown_label"))
         else:
+            point, rank = hash_fractions(item.key)
             split = (
                 item.split
                 or split_overrides.get(item.key)
-                or assign_split(item.key, config.split_fractions)
+                or split_at(point, config.split_fractions)
             )
-            by_split[split].append(item)
+            by_split[split].append((rank, item.key, item))
 
     mean_size = (sum(sizes.values()) / len(sizes)) if sizes else 0
     estimated = {
-        split: int(sum(sizes.get(i.key, mean_size) for i in members))
+        split: int(sum(sizes.get(key, mean_size) for _, key, _ in members))
         for split, members in by_split.items()
     }
     shard_counts = {
@@ -448,14 +470,12 @@ def _place(
     final: list[WorkItem] = _chunked(rejected, CHUNK_IMAGES)
     for split, members in by_split.items():
         # Round-robin over a hash order: balanced shards, independent of listing order.
-        ordered = sorted(members, key=lambda i: (hash_fraction("shard:" + i.key), i.key))
-        shards: dict[int, list[WorkItem]] = defaultdict(list)
-        for index, item in enumerate(ordered):
-            shards[index % shard_counts[split]].append(item)
-        for shard in sorted(shards):
-            members = shards[shard]
-            per_chunk = len(members) if len(members) <= whole else CHUNK_IMAGES
-            final.extend(_chunked(members, per_chunk, label_map, split=split, shard=shard))
+        ordered = [item for _, _, item in sorted(members)]
+        count = shard_counts[split]
+        for shard in range(count):
+            if placed := ordered[shard::count]:
+                per_chunk = len(placed) if len(placed) <= whole else CHUNK_IMAGES
+                final.extend(_chunked(placed, per_chunk, label_map, split=split, shard=shard))
     counts = Counter(i.split for i in final if not i.reject)
     log.info(
         "planned %d inputs (%s), %d rejected while listing, %d labels",
@@ -529,24 +549,13 @@ def _chunked(
     ordered = sorted(items, key=lambda i: i.key)
     runs = math.ceil(len(ordered) / per_chunk)
     return [
-        _copy(
-            item,
+        item._replace(
             chunk=index * runs // len(ordered),
             **({"label_id": label_map[item.label]} if label_map is not None else {}),
             **placed,
         )
         for index, item in enumerate(ordered)
     ]
-
-
-def _copy(item: WorkItem, **changes) -> WorkItem:
-    """dataclasses.replace for the planner's hot loop: the fields copied as a dict, without
-    __init__ setting each field of a frozen dataclass through object.__setattr__ (a third
-    of the planning time at 200,000 images). `changes` are WorkItem fields, as replace()
-    would check."""
-    copy = object.__new__(WorkItem)
-    copy.__dict__.update(item.__dict__, **changes)
-    return copy
 
 
 def shard_count(num_records: int, estimated_bytes: int, config: ShardConfig) -> int:

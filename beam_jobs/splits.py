@@ -12,7 +12,15 @@ from collections.abc import Mapping
 
 from shardspec.layout import SPLIT_NAMES
 
-__all__ = ["SPLIT_ALIASES", "SPLIT_NAMES", "assign_split", "hash_fraction", "split_name"]
+__all__ = [
+    "SPLIT_ALIASES",
+    "SPLIT_NAMES",
+    "assign_split",
+    "hash_fraction",
+    "hash_fractions",
+    "split_at",
+    "split_name",
+]
 
 # What a manifest's split column may also say, in any case (spreadsheets and other tools'
 # habits): the long forms and the usual short names of the validation split.
@@ -36,17 +44,31 @@ def split_name(text: str) -> str | None:
 
 def hash_fraction(key: str) -> float:
     """Map a key to [0, 1) uniformly and stably (sha256, not Python's salted hash)."""
+    return hash_fractions(key)[0]
+
+
+def hash_fractions(key: str) -> tuple[float, float]:
+    """Two independent uniform fractions of one sha256 of the key: `hash_fraction(key)`
+    (which decides the split) and one from the next 8 bytes (the planner's order within
+    a split), so planning hashes each key once."""
     digest = hashlib.sha256(key.encode("utf-8")).digest()
-    return int.from_bytes(digest[:8], "big") / _BUCKETS
+    return (
+        int.from_bytes(digest[:8], "big") / _BUCKETS,
+        int.from_bytes(digest[8:16], "big") / _BUCKETS,
+    )
 
 
 def assign_split(key: str, fractions: Mapping[str, float]) -> str:
-    """Return the split whose cumulative range holds `hash_fraction(key)`.
+    """The split whose cumulative range holds `hash_fraction(key)` (see split_at)."""
+    return split_at(hash_fraction(key), fractions)
+
+
+def split_at(point: float, fractions: Mapping[str, float]) -> str:
+    """Return the split whose cumulative range holds `point`.
 
     `fractions` is ordered (train, validation, test) and sums to 1; splits with
     a zero fraction never receive an image.
     """
-    point = hash_fraction(key)
     cumulative = 0.0
     last = None
     for name, fraction in fractions.items():

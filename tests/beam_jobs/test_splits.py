@@ -1,7 +1,7 @@
 import pytest
 
 from beam_jobs.config import ConfigError, parse_split_fractions
-from beam_jobs.splits import assign_split, hash_fraction
+from beam_jobs.splits import assign_split, hash_fraction, hash_fractions
 
 FRACTIONS = {"train": 0.8, "validation": 0.1, "test": 0.1}
 
@@ -44,6 +44,22 @@ def test_splits_are_stable_across_versions_and_processes():
         "train",
         "validation",
     ]
+
+
+def test_one_hash_gives_the_split_fraction_and_an_independent_order():
+    """The planner hashes each key once: the first fraction is the split's (unchanged),
+    the second orders a split's images into shards, uncorrelated with the first."""
+    keys = [f"img/{i}.png" for i in range(4000)]
+    pairs = [hash_fractions(k) for k in keys]
+    assert [first for first, _ in pairs] == [hash_fraction(k) for k in keys]
+    seconds = [second for _, second in pairs]
+    assert all(0 <= s < 1 for s in seconds) and len(set(seconds)) == len(keys)
+    # Within one split (the first fraction in a narrow range) the order is still uniform.
+    within = [second for first, second in pairs if first < 0.1]
+    assert abs(sum(within) / len(within) - 0.5) < 0.05
+    mean = [sum(x) / len(x) for x in zip(*pairs, strict=True)]
+    covariance = sum((a - mean[0]) * (b - mean[1]) for a, b in pairs) / len(pairs)
+    assert abs(covariance) < 0.005  # of a 1/12 variance: independent halves of the digest
 
 
 def test_parse_split_fractions_fills_missing_with_zero():

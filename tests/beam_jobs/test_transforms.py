@@ -144,7 +144,7 @@ def test_a_shard_is_its_chunks_in_chunk_order_sorted_by_key(tmp_path):
         _jpeg(tmp_path / f"{key}.jpg")
         label = "dog" if key == "b" else "cat"
         item = _item(tmp_path / f"{key}.jpg", key, chunk=chunk, label=label)
-        items.append(WorkItem(**{**item.__dict__, "shard": shard}))
+        items.append(item._replace(shard=shard))
     out = tmp_path / "out"
     with TestPipeline() as p:
         results = (
@@ -181,7 +181,7 @@ def _shard_of(tmp_path, layout, compression, monkeypatch=None):
     for key, shard, chunk in layout:
         _jpeg(tmp_path / f"{key}.jpg", size=(20 + len(items), 10))  # distinct bytes
         item = _item(tmp_path / f"{key}.jpg", key, chunk=chunk)
-        items.append(WorkItem(**{**item.__dict__, "shard": shard}))
+        items.append(item._replace(shard=shard))
     out = tmp_path / "out"
     counts = {"train": 1 + max(shard for _, shard, _ in layout)}
     with TestPipeline() as p:
