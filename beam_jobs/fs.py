@@ -106,17 +106,19 @@ def walk(root: str) -> list[Entry]:
             ),
             key=lambda e: e.path,
         )
-    entries, seen = [], {os.path.realpath(root)}
+    loops, paths, seen = [], [], {os.path.realpath(root)}
     for folder, dirs, files in os.walk(root, followlinks=True):
         for name in list(dirs):  # a symlinked folder is followed once; a loop is not
             real = os.path.realpath(os.path.join(folder, name))
             if real in seen:
                 dirs.remove(name)
-                entries.append(Entry(os.path.join(folder, name), 0, "symlink_loop", real))
+                loops.append(Entry(os.path.join(folder, name), 0, "symlink_loop", real))
             seen.add(real)
         prefix = folder if folder.endswith("/") else folder + "/"  # os.path.join, per file
-        entries.extend(local_entry(prefix + name) for name in files)
-    return sorted(entries, key=lambda e: e.path)
+        paths.extend([prefix + name for name in files])
+    paths.sort()  # as strings, before each becomes an Entry: cheaper than after
+    entries = [local_entry(path) for path in paths]
+    return sorted(entries + loops) if loops else entries  # by path: unique
 
 
 def local_entry(path: str) -> Entry:
@@ -128,16 +130,16 @@ def local_entry(path: str) -> Entry:
         return Entry(path, 0, "unreadable", f"FileNotFoundError: {err}")
     except OSError as err:
         return Entry(path, 0, "unreadable", f"{type(err).__name__}: {err}")
-    if not stat.S_ISREG(info.st_mode):
-        kind = (
-            "FIFO"
-            if stat.S_ISFIFO(info.st_mode)
-            else "socket"
-            if stat.S_ISSOCK(info.st_mode)
-            else "device"
-        )
-        return Entry(path, 0, "not_a_regular_file", kind)
-    return Entry(path, info.st_size, modified=str(info.st_mtime_ns))
+    if stat.S_ISREG(info.st_mode):
+        return Entry(path, info.st_size, "", "", str(info.st_mtime_ns))
+    kind = (
+        "FIFO"
+        if stat.S_ISFIFO(info.st_mode)
+        else "socket"
+        if stat.S_ISSOCK(info.st_mode)
+        else "device"
+    )
+    return Entry(path, 0, "not_a_regular_file", kind)
 
 
 def check_readable(path: str, max_bytes: int) -> Entry:
