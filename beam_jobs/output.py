@@ -23,7 +23,7 @@ from apache_beam.io.filesystems import FileSystems
 from beam_jobs import fs
 from beam_jobs.config import ShardConfig
 from beam_jobs.fs import files_under, json_bytes
-from beam_jobs.plan import InputError, Plan
+from beam_jobs.plan import InputError, PlanOutline
 from beam_jobs.splits import SPLIT_NAMES
 from shardspec.example import SCHEMA_VERSION
 from shardspec.folder import FolderMetadata
@@ -90,7 +90,7 @@ def write_bytes(path: str, data: bytes) -> None:
 
 
 def complete_shards(
-    staging: str, plan: Plan, reports: list[dict], config: ShardConfig
+    staging: str, plan: PlanOutline, reports: list[dict], config: ShardConfig
 ) -> list[dict]:
     """Write empty files for shards whose every image was rejected, so the
     `-of-N` set is always whole."""
@@ -122,7 +122,7 @@ def _sha256(data: bytes) -> str:
 
 def build_metadata(
     config: ShardConfig,
-    plan: Plan,
+    plan: PlanOutline,
     shard_reports: list[dict],
     errors: list[dict],
     runner: str,

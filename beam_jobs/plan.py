@@ -121,11 +121,25 @@ class Plan:
     def num_inputs(self) -> int:
         return len(self.items)
 
+    def outline(self) -> PlanOutline:
+        return PlanOutline(self.num_inputs, self.label_map, self.shard_counts)
+
     @property
     def mean_bytes(self) -> float | None:
         """The inputs' mean size as listed (None when the listing gave no sizes)."""
         sizes = [size for size in self.listing[1].values() if size]
         return sum(sizes) / len(sizes) if sizes else None
+
+
+@dataclass(frozen=True)
+class PlanOutline:
+    """What is left of a plan once it is staged (its items are in the plan file): what the
+    output's metadata needs, without the items, which at 200,000 images were 130 MB of
+    the driver's memory all through the pipeline (issue #28)."""
+
+    num_inputs: int
+    label_map: dict[str, int]
+    shard_counts: dict[str, int]
 
 
 def is_manifest(uri: str) -> bool:

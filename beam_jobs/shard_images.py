@@ -47,7 +47,7 @@ from beam_jobs.local_runner import (
     choose_local_mode,
 )
 from beam_jobs.perceptual_hash import MAX_GROUP_SIZE
-from beam_jobs.plan import InputError, build_plan, unit_lines
+from beam_jobs.plan import InputError, PlanOutline, build_plan, unit_lines
 from beam_jobs.transforms import (
     ERRORS,
     FRAGMENTS,
@@ -372,10 +372,16 @@ def shard_images(
         if config.leak_free_splits:
             with _stage("grouping copies (--leak-free-splits)"):
                 plan = _leak_free_plan(config, options, plan, staging)
+        # From here the items are read from the staged plan alone; the driver keeps an
+        # outline through the run.
+        outline = plan.outline()
+        del plan
         with _stage("running the pipeline"):
-            _run_pipeline(config, options, plan, staging)
+            _run_pipeline(config, options, outline, staging)
         with _stage("writing the output"):
-            metadata, problem = _finish_output(config, plan, staging, key, describe_runner(options))
+            metadata, problem = _finish_output(
+                config, outline, staging, key, describe_runner(options)
+            )
     except (JobFailed, KeyboardInterrupt):
         _remove_staging(staging)
         raise
@@ -433,7 +439,9 @@ def _choose_local(options: PipelineOptions, plan, choose_local: bool) -> None:
         direct.direct_running_mode, direct.direct_num_workers = mode.running_mode, mode.workers
 
 
-def _run_pipeline(config: ShardConfig, options: PipelineOptions, plan, staging: str) -> None:
+def _run_pipeline(
+    config: ShardConfig, options: PipelineOptions, plan: PlanOutline, staging: str
+) -> None:
     log.info("running the sharding pipeline on %s (staging %s)", describe_runner(options), staging)
     with beam.Pipeline(options=options) as pipeline:
         build_pipeline(pipeline, config, _plan_path(staging), staging, plan.shard_counts)
@@ -484,7 +492,7 @@ def _leak_free_plan(config: ShardConfig, options: PipelineOptions, plan, staging
 
 
 def _finish_output(
-    config: ShardConfig, plan, staging: str, key: str, runner: str
+    config: ShardConfig, plan: PlanOutline, staging: str, key: str, runner: str
 ) -> tuple[dict, str]:
     """The staged run -> metadata.json, and the shards with `_SUCCESS` when within budget;
     -> (metadata, why it is not within budget or "")."""
