@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     n, repeats = args.images, args.repeats
     sizes = [n // 10, n // 3, n]
-    batches, steps, dag_images, epochs = 40, 25, n // 6, 2
+    batches, steps, dag_images, epochs = input_pipeline.BATCHES, 25, n // 6, 2
     if args.smoke:
         n, repeats, sizes, batches, steps, dag_images, epochs = 128, 1, [8, 16, 24], 2, 3, 64, 1
     scale_sizes = [int(x) for x in args.scale.split(",") if x] or [4000, 40000]

@@ -33,6 +33,12 @@ from training.data import build_dataset, measure_throughput
 from training.diagnosis import decode_ceiling_dataset
 from training.shards import ShardSet
 
+# Batches timed per measurement: 200 of 64 images, about 5 s at this machine's rates. With
+# 40 (under a second) a round's ratio moved by 10 % from one round to the next, mostly the
+# ceiling's (its threads meet the machine's noise): 0.87, 0.97, 0.87 in one run, where 200
+# batches read 0.83, 0.85, 0.83 right after it.
+BATCHES = 200
+
 
 def pipeline_dataset(shards: Path, batch_size: int, image_size: int) -> tf.data.Dataset:
     shard_set = ShardSet.open(str(shards))
@@ -123,7 +129,7 @@ def run(
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--batches", type=int, default=40, help="Batches timed per repeat.")
+    parser.add_argument("--batches", type=int, default=BATCHES, help="Batches timed per repeat.")
 
 
 def main(argv: list[str] | None = None) -> int:
