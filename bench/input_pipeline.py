@@ -35,7 +35,7 @@ from training.shards import ShardSet
 
 # Batches timed per measurement: 200 of 64 images, about 5 s at this machine's rates. With
 # 40 (under a second) a round's ratio moved by 10 % from one round to the next, mostly the
-# ceiling's (its threads meet the machine's noise): 0.87, 0.97, 0.87 in one run, where 200
+# ceiling's (its threads meet the machine's noise): 0.87, 0.97, 0.88 in one run, where 200
 # batches read 0.83, 0.85, 0.83 right after it.
 BATCHES = 200
 
