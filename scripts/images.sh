@@ -127,38 +127,76 @@ python_base() {
   fi
 }
 
+trainer_extras() { echo "${TRAINER_EXTRAS:-$(nvidia-smi >/dev/null 2>&1 && echo gpu || echo cpu)}"; }
+
+# Disk a build of each image needs, in GB: its new layers in podman's store, plus the largest
+# layer's tar that podman writes under TMPDIR (/var/tmp) while committing it. Measured from
+# an empty store (docs/deploy.md); a rebuild after a source change redoes the install layers.
+declare -A DISK_GB=([trainer]=2 [beam]=1 [airflow]=3 [airflow-training]=2)
+DISK_HEADROOM_GB=3
+
+# Say in one line, before minutes of building, that the disk cannot hold what it would write
+# (podman's own error comes at the end of a long build, as "no space left on device").
+check_disk() {
+  local need_gb=$DISK_HEADROOM_GB target dir free_gb
+  for target in "$@"; do
+    need_gb=$((need_gb + ${DISK_GB[$target]:-0}))
+  done
+  # the GPU trainer's CUDA and cuDNN wheels
+  [[ " $* " == *" trainer "* && "$(trainer_extras)" == gpu ]] && need_gb=$((need_gb + 3))
+  need_gb="${IMAGES_DISK_GB:-$need_gb}"
+  for dir in "$(pod info --format '{{.Store.GraphRoot}}')" "${TMPDIR:-/var/tmp}"; do
+    free_gb=$(($(df --output=avail -k "$dir" | tail -1) / 1048576))
+    if ((free_gb < need_gb)); then
+      echo "building ${*} needs ~$need_gb GB free in $dir (podman's image store and its" \
+        "temporary files); $free_gb GB are free there: free some, e.g. scripts/images.sh podman" \
+        "image prune, or set IMAGES_DISK_GB to override" >&2
+      exit 1
+    fi
+  done
+}
+
 build_one() {
-  local image="$1" dockerfile="$2" start size
+  local image="$1" dockerfile="$2" start size old new
   shift 2
   start=$SECONDS
+  old="$(pod image inspect --format '{{.Id}}' "$image" 2>/dev/null || true)"
   # shellcheck disable=SC2046  # pip_mounts prints whole flags
   pod build "${RUN_FLAGS[@]}" $(pip_mounts) "$@" -f "docker/$dockerfile.Dockerfile" -t "$image" .
+  new="$(pod image inspect --format '{{.Id}}' "$image")"
+  # The image this build replaced, and its untagged layers, would stay on disk as <none>
+  # (gigabytes per rebuild); kept only where a container still uses it.
+  if [[ -n "$old" && "$old" != "$new" ]]; then
+    pod rmi "$old" >/dev/null 2>&1 || true
+  fi
   size="$(pod image inspect --format '{{.Size}}' "$image")"
   echo "built $image in $((SECONDS - start)) s, $((size / 1000000)) MB" | tee -a .images/builds.log
 }
 
 build() {
-  local targets=("$@") extras
+  local targets=("$@") stage
   ((${#targets[@]})) || targets=(trainer beam airflow airflow-training)
+  check_disk "${targets[@]}"
   mkdir -p .images
   PYTHON_IMAGE="$(python_base)"
   for target in "${targets[@]}"; do
     case "$target" in
       trainer)
-        extras="${TRAINER_EXTRAS:-$(nvidia-smi >/dev/null 2>&1 && echo gpu || echo cpu)}"
         build_one imagepipe-trainer:local trainer --build-arg PYTHON_IMAGE="$PYTHON_IMAGE" \
-          --build-arg EXTRAS="$extras"
+          --build-arg EXTRAS="$(trainer_extras)"
         ;;
       beam)
         build_one imagepipe-beam:local beam --build-arg PYTHON_IMAGE="$PYTHON_IMAGE" \
           --build-arg BEAM_IMAGE="$(base apache/beam_python3.11_sdk:2.77.0 "$STANDIN/beam:2.77.0" beam)"
         ;;
       airflow | airflow-training)
-        extras=beam,airflow,postgres,celery
-        [[ "$target" == airflow-training ]] && extras=beam,cpu,airflow,postgres,celery
+        # airflow-training: the Dockerfile's `training` stage, the airflow image's layers
+        # (from the build cache when airflow was built first) plus TensorFlow's
+        stage=()
+        [[ "$target" == airflow-training ]] && stage=(--target training)
         build_one "imagepipe-$target:local" airflow --build-arg PYTHON_IMAGE="$PYTHON_IMAGE" \
           --build-arg AIRFLOW_IMAGE="$(base apache/airflow:3.3.2-python3.11 "$STANDIN/airflow:3.3.2" airflow)" \
-          --build-arg EXTRAS="$extras"
+          "${stage[@]}"
         ;;
       *)
         echo "unknown image $target: one of trainer beam airflow airflow-training" >&2
