@@ -20,15 +20,31 @@ def _names(requirements: list[str]) -> set[str]:
     return {re.split(r"[\[<>=!~; ]", r, maxsplit=1)[0].lower() for r in requirements}
 
 
-def _installed_extras(dockerfile: str, build_args: dict | None = None) -> set[str]:
-    """The extras `pip install "${WHEEL}[...]"` installs, an ARG resolved to its default
-    or to the build argument given."""
+# How a Dockerfile installs the project: `pip install "${WHEEL}[extras]"` or, in a stage built
+# on another, `pip install "$(ls /wheels/*.whl)[extras]"`.
+_INSTALL = re.compile(r'"(?:\$\{WHEEL\}|\$\(ls /wheels/\*\.whl\))(?:\[([A-Za-z_,${}]*)\])?"')
+
+
+def _installed_extras(dockerfile: str, target: str | None = None) -> set[str]:
+    """The extras an image built to `target` (default: the last stage) installs: those of its
+    stage and of every stage of the same file it is built FROM, an ARG resolved to its default."""
     text = (REPO / "docker" / dockerfile).read_text()
-    (extras,) = re.findall(r'"\$\{WHEEL\}(?:\[([a-z,${}A-Z_]*)\])?"', text)
-    for name, default in re.findall(r"^ARG ([A-Z_]+)=(\S*)$", text, re.M):
-        extras = extras.replace(f"${{{name}}}", (build_args or {}).get(name, default))
-    assert "$" not in extras, extras
-    return set(filter(None, extras.split(",")))
+    stages: dict[str, tuple[str, str]] = {}  # name -> (what it is FROM, its instructions)
+    for index, stage in enumerate(re.split(r"^(?=FROM )", text, flags=re.M)[1:]):
+        base, name = re.match(r"FROM (\S+)(?: AS (\S+))?", stage).groups()
+        last = name or str(index)
+        stages[last] = (base, stage)
+    extras: set[str] = set()
+    stage = target or last
+    while stage in stages:
+        base, body = stages[stage]
+        for found in _INSTALL.findall(body):
+            for name, default in re.findall(r"^ARG ([A-Z_]+)=(\S*)$", text, re.M):
+                found = found.replace(f"${{{name}}}", default)
+            assert "$" not in found, found
+            extras |= set(filter(None, found.split(",")))
+        stage = base
+    return extras
 
 
 def _packages(extras: set[str]) -> set[str]:
@@ -62,5 +78,5 @@ def test_the_airflow_image_has_no_tensorflow_unless_built_for_the_training_queue
     compose = yaml.safe_load((REPO / "docker" / "compose.yaml").read_text())
     build = compose["services"]["airflow-worker-training"]["build"]
     assert build["dockerfile"] == "docker/airflow.Dockerfile"
-    training = _packages(_installed_extras("airflow.Dockerfile", build["args"]))
+    training = _packages(_installed_extras("airflow.Dockerfile", build["target"]))
     assert {"apache-airflow", "apache-beam", "tensorflow-cpu"} <= training
