@@ -129,9 +129,10 @@ python_base() {
 
 trainer_extras() { echo "${TRAINER_EXTRAS:-$(nvidia-smi >/dev/null 2>&1 && echo gpu || echo cpu)}"; }
 
-# Disk a build of each image needs, in GB: its new layers in podman's store, plus the largest
-# layer's tar that podman writes under TMPDIR (/var/tmp) while committing it. Measured from
-# an empty store (docs/deploy.md); a rebuild after a source change redoes the install layers.
+# Disk a build of each image needs, in GB: its new layers in podman's store, rounded up from
+# the sizes in docs/deploy.md, plus headroom for the largest layer's tar that podman writes
+# under TMPDIR (/var/tmp) while committing it (all four from an empty store: 11 GB, where
+# 10.4 GB were used at the peak); a rebuild after a source change redoes the install layers.
 declare -A DISK_GB=([trainer]=2 [beam]=1 [airflow]=3 [airflow-training]=2)
 DISK_HEADROOM_GB=3
 

@@ -34,12 +34,13 @@ def _installed_extras(dockerfile: str, target: str | None = None) -> set[str]:
         base, name = re.match(r"FROM (\S+)(?: AS (\S+))?", stage).groups()
         last = name or str(index)
         stages[last] = (base, stage)
+    args = re.findall(r"^ARG ([A-Z_]+)=(\S*)$", text, re.M)
     extras: set[str] = set()
     stage = target or last
     while stage in stages:
         base, body = stages[stage]
         for found in _INSTALL.findall(body):
-            for name, default in re.findall(r"^ARG ([A-Z_]+)=(\S*)$", text, re.M):
+            for name, default in args:
                 found = found.replace(f"${{{name}}}", default)
             assert "$" not in found, found
             extras |= set(filter(None, found.split(",")))
