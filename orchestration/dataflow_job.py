@@ -26,7 +26,11 @@ retry would repeat it; any other failure is retried.
 
 from __future__ import annotations
 
+import importlib.metadata
+import os
 import re
+import shutil
+import sys
 
 from airflow.providers.apache.beam.hooks.beam import BeamHook
 from airflow.providers.apache.beam.operators.beam import BeamRunPythonPipelineOperator
@@ -34,6 +38,7 @@ from airflow.providers.google.cloud.hooks.dataflow import DataflowJobStatus
 from airflow.providers.google.cloud.links.dataflow import DataflowJobLink
 from airflow.providers.google.cloud.operators.dataflow import DataflowConfiguration
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from packaging.version import Version
 
 from orchestration import lineage
 from orchestration.resumable import RerunnableJobMixin, default_deferrable
@@ -53,20 +58,68 @@ ACTIVE_STATES = frozenset(
 )
 
 
+def _same_python(py_interpreter: str) -> bool:
+    # Paths as given, not resolved: a virtual environment's python links to the system's.
+    found = shutil.which(py_interpreter)
+    return bool(found) and os.path.abspath(found) == os.path.abspath(sys.executable)
+
+
 class JobOutputBeamHook(BeamHook):
     """Beam's hook, keeping the last `error: ...` line the job printed (its one-line
-    reason for exit 1 or 2) for the task's failure message."""
+    reason for exit 1 or 2) for the task's failure message.
+
+    When the job runs on the task's own Python, Beam's version is read from this
+    environment's package metadata instead of the provider's probe, a second Python that
+    imports Beam only to print its version: about 1.2 s of every sharding task, and the
+    largest part of one whose shards are reused from the cache."""
 
     last_error = ""
 
-    def start_python_pipeline(self, *args, process_line_callback=None, **kwargs):
+    def start_python_pipeline(
+        self,
+        variables: dict,
+        py_file: str,
+        py_options: list[str],
+        py_interpreter: str = "python3",
+        py_requirements: list[str] | None = None,
+        py_system_site_packages: bool = False,
+        process_line_callback=None,
+        is_dataflow_job_id_exist_callback=None,
+    ):
         def keep_error_line(line: str) -> None:
             if line.startswith("error: "):
                 self.last_error = line.strip()[len("error: ") :]
             if process_line_callback:
                 process_line_callback(line)
 
-        return super().start_python_pipeline(*args, process_line_callback=keep_error_line, **kwargs)
+        if py_requirements is not None or not _same_python(py_interpreter):
+            return super().start_python_pipeline(
+                variables=variables,
+                py_file=py_file,
+                py_options=py_options,
+                py_interpreter=py_interpreter,
+                py_requirements=py_requirements,
+                py_system_site_packages=py_system_site_packages,
+                process_line_callback=keep_error_line,
+                is_dataflow_job_id_exist_callback=is_dataflow_job_id_exist_callback,
+            )
+        # What the provider's method does besides the probe.
+        if "labels" in variables:
+            variables["labels"] = [f"{key}={value}" for key, value in variables["labels"].items()]
+        beam_version = importlib.metadata.version("apache-beam")
+        self.log.info("Beam version: %s", beam_version)
+        if variables.get("impersonate_service_account") and Version(beam_version) < Version(
+            "2.39.0"
+        ):
+            raise AirflowException(
+                "The impersonateServiceAccount option requires Apache Beam 2.39.0 or newer."
+            )
+        return self._start_pipeline(
+            variables=variables,
+            command_prefix=[py_interpreter, *py_options, py_file],
+            process_line_callback=keep_error_line,
+            is_dataflow_job_id_exist_callback=is_dataflow_job_id_exist_callback,
+        )
 
 
 def final_failure(err: Exception, last_error: str) -> AirflowFailException | None:

@@ -88,3 +88,20 @@ def test_shards_of_one_class_fail_before_training(shards_copy):
     validate_shards(str(shards_copy), max_error_fraction=0.05)  # valid data as such
     with pytest.raises(ShardValidationError, match=r"1 class\(es\) \('images'\): a classifier"):
         validate_shards(str(shards_copy), max_error_fraction=0.05, min_classes=2)
+
+
+def test_a_local_folder_is_validated_without_importing_beam(trainable_shards):
+    """The DAG's validate_shards task runs on the Airflow worker: a local folder is read
+    with the standard library (Beam's import alone is 0.9 s of the task), every record
+    verified as by the full check."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys\n"
+        "from beam_jobs.validate import validate_shards\n"
+        f"summary = validate_shards({str(trainable_shards)!r}, max_error_fraction=0.05)\n"
+        "assert summary['num_records'] == 480, summary\n"
+        "assert 'apache_beam' not in sys.modules, 'Beam was imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=120)

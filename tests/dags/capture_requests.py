@@ -44,7 +44,8 @@ class FakeTaskInstance:
 
 
 def launch_beam(*args, process_line_callback, **kwargs):
-    """The launcher prints the job's id as Beam's Dataflow runner does; the operator reads it."""
+    """The launcher command as it would start (the hook's last step before the process);
+    it prints the job's id as Beam's Dataflow runner does, and the operator reads it."""
     record("beam")(**kwargs)
     process_line_callback("Created job with id: [2026-12-01_10_00_00-42]")
 
@@ -66,7 +67,7 @@ params.update(case["params"])
 context = {"params": params, "run_id": case["run_id"], "ti": FakeTaskInstance()}
 
 with (
-    mock.patch.object(BeamHook, "start_python_pipeline", launch_beam),
+    mock.patch.object(BeamHook, "_start_pipeline", launch_beam),
     mock.patch.object(DataflowHook, "wait_for_done", record("dataflow_wait")),
     mock.patch("airflow.providers.google.cloud.links.dataflow.DataflowJobLink.persist"),
     mock.patch.object(CustomJobHook, "create_custom_job", record("vertex_create")),

@@ -112,8 +112,9 @@ def test_dataflow_runner_gets_exactly_the_params_options(captured):
         **BEAM_OPTIONS,
     }
     assert job_name == dataflow_job_name(RUN_ID)  # one per run: Dataflow refuses a twin
-    assert set(labels) == {"airflow-version"}  # the operator's own label, nothing else
-    assert beam["py_file"] == "beam_jobs.shard_images" and beam["py_options"] == ["-m"]
+    # the operator's own label, nothing else, as Beam's --labels take it
+    assert [label.split("=")[0] for label in labels] == ["airflow-version"]
+    assert beam["command_prefix"][1:] == ["-m", "beam_jobs.shard_images"]
     # The operator waits for the job where it was launched, not in its default region.
     wait = _wait(captured, "shard_images", "dataflow_wait")
     assert (wait["project_id"], wait["location"]) == ("acme-ml", "europe-west1")

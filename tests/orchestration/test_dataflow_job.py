@@ -77,7 +77,7 @@ def run(monkeypatch, request):
         fake = FakeDataflow(states, store.events)
         # A keyless connection (credentials would come from ADC), as on Composer/GKE.
         monkeypatch.setenv("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", "google-cloud-platform://")
-        monkeypatch.setattr(BeamHook, "start_python_pipeline", fake.launch)
+        monkeypatch.setattr(BeamHook, "_start_pipeline", fake.launch)
         monkeypatch.setattr(DataflowHook, "get_job", fake.get_job)
         monkeypatch.setattr(DataflowHook, "wait_for_done", fake.wait_for_done)
         monkeypatch.setattr(DataflowJobLink, "persist", lambda **_: None)
@@ -85,6 +85,7 @@ def run(monkeypatch, request):
             task_id="shard_images",
             py_file="beam_jobs.shard_images",
             py_options=["-m"],
+            py_interpreter=sys.executable,  # as the DAG gives it
             runner="DataflowRunner",
             pipeline_options={"input": "gs://in", "output": "gs://out"},
             dataflow_config=dataflow_config(PARAMS, RUN_ID),
@@ -166,11 +167,12 @@ def test_a_local_run_does_not_warn_about_a_dataflow_config_it_was_not_given(
     monkeypatch, caplog, capsys
 ):
     launched = []
-    monkeypatch.setattr(BeamHook, "start_python_pipeline", lambda _, **kw: launched.append(kw))
+    monkeypatch.setattr(BeamHook, "_start_pipeline", lambda _, **kw: launched.append(kw))
     operator = ShardImagesOperator(
         task_id="shard_images",
         py_file="beam_jobs.shard_images",
         py_options=["-m"],
+        py_interpreter=sys.executable,
         runner="DirectRunner",
         pipeline_options={"input": "/in", "output": "/out"},
         dataflow_config=dataflow_config({"beam_runner": "DirectRunner"}, RUN_ID),
@@ -228,11 +230,12 @@ def test_a_job_failing_in_the_triggerer_fails_the_task_for_a_retry_and_keeps_its
     store = StateStore()
     fake = FakeDataflow({}, store.events)
     monkeypatch.setenv("AIRFLOW_CONN_GOOGLE_CLOUD_DEFAULT", "google-cloud-platform://")
-    monkeypatch.setattr(BeamHook, "start_python_pipeline", fake.launch)
+    monkeypatch.setattr(BeamHook, "_start_pipeline", fake.launch)
     monkeypatch.setattr(DataflowJobLink, "persist", lambda **_: None)
     operator = ShardImagesOperator(
         task_id="shard_images", py_file="beam_jobs.shard_images", py_options=["-m"],
-        runner="DataflowRunner", pipeline_options={"input": "gs://in", "output": "gs://out"},
+        py_interpreter=sys.executable, runner="DataflowRunner",
+        pipeline_options={"input": "gs://in", "output": "gs://out"},
         dataflow_config=dataflow_config(PARAMS, RUN_ID),
     )  # fmt: skip
     ti = SimpleNamespace(stats_tags={}, xcom_push=lambda key, value: None)
@@ -246,3 +249,37 @@ def test_a_job_failing_in_the_triggerer_fails_the_task_for_a_retry_and_keeps_its
     with pytest.raises(AirflowException, match=f"Dataflow job {job}:.*JOB_STATE_FAILED"):
         operator.execute_complete(context, event, **deferred.value.kwargs)
     assert store["dataflow_job_id"] == job
+
+
+def test_a_job_on_the_tasks_own_python_starts_no_version_probe(monkeypatch):
+    """The provider's hook starts a Python that imports Beam only to print its version
+    (1.2 s of every sharding task); on the task's own interpreter the version is this
+    environment's and the only process started is the job's, with the provider's labels."""
+    import airflow.providers.apache.beam.hooks.beam as provider
+
+    from orchestration.dataflow_job import JobOutputBeamHook
+
+    probes, started = [], []
+    monkeypatch.setattr(
+        provider.subprocess, "check_output", lambda *a, **_: probes.append(a) or b"2.99.0\n"
+    )
+    monkeypatch.setattr(BeamHook, "_start_pipeline", lambda _, **kw: started.append(kw))
+    hook = JobOutputBeamHook(runner="DirectRunner")
+    variables = {"output": "/out", "labels": {"team": "vision"}}
+    hook.start_python_pipeline(
+        variables=dict(variables),
+        py_file="beam_jobs.shard_images",
+        py_options=["-m"],
+        py_interpreter=sys.executable,
+    )
+    assert probes == []
+    assert started[0]["command_prefix"] == [sys.executable, "-m", "beam_jobs.shard_images"]
+    assert started[0]["variables"]["labels"] == ["team=vision"]
+    # Another interpreter may hold another Beam: the provider's own path, probe included.
+    hook.start_python_pipeline(
+        variables=dict(variables),
+        py_file="beam_jobs.shard_images",
+        py_options=["-m"],
+        py_interpreter="/opt/other/bin/python3",
+    )
+    assert len(probes) == 1 and started[1]["command_prefix"][0] == "/opt/other/bin/python3"
