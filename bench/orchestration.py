@@ -7,7 +7,10 @@ is reused too: what is left is evaluation, publishing and Airflow).
 once on a sample dataset; each task's own time is its start-to-end in the
 metadata database. The tasks run one after another, so what the run takes
 beyond their sum is Airflow's: parsing, scheduling, starting task processes,
-recording state.
+recording state. Two walls: the `airflow dags test` process (its imports and
+parsing the DAG file included, which a running Airflow does not repeat per run)
+and the run as Airflow records it (its start to its end: what the run's page
+shows as its duration, for a scheduled run too).
 """
 
 from __future__ import annotations
@@ -86,11 +89,15 @@ def _dag_run(command: list[str], env: dict, home: Path, seen: frozenset | set = 
             "WHERE dag_id = ?",
             (DAG,),
         ).fetchall()
+        runs = db.execute(
+            "SELECT run_id, start_date, end_date FROM dag_run WHERE dag_id = ?", (DAG,)
+        ).fetchall()
     rows = [row for row in rows if row[0] not in seen]
+    recorded = [_seconds(start, end) for run_id, start, end in runs if run_id not in seen]
     tasks = {
         task: _seconds(start, end) for _, task, start, end, state in rows if state == "success"
     }
-    if len(tasks) != len(rows) or not tasks:
+    if len(tasks) != len(rows) or not tasks or len(recorded) != 1:
         raise RuntimeError(f"the DAG run did not succeed: {rows}")
     # Where the time between tasks goes: each gap from one task's end to the next one's
     # start (the scheduler noticing, a task process starting, its SDK handshake).
@@ -101,6 +108,7 @@ def _dag_run(command: list[str], env: dict, home: Path, seen: frozenset | set = 
     return {
         "run_id": rows[0][0],
         "wall_seconds": wall,
+        "run_seconds": recorded[0],
         "task_seconds": tasks,
         "sum_task_seconds": sum(tasks.values()),
         "between_tasks_seconds": sum(gaps),
@@ -114,9 +122,11 @@ def run(
     raw = common.sample_images(work, images)
     runs = [run_once(work, raw, epochs) for _ in range(repeats)]
     wall = common.summary([r["wall_seconds"] for r in runs])
+    recorded = common.summary([r["run_seconds"] for r in runs])
     stages = common.summary([r["sum_task_seconds"] for r in runs])
     second_wall = common.summary([r["second_run"]["wall_seconds"] for r in runs])
     reuse_wall = common.summary([r["reuse_run"]["wall_seconds"] for r in runs])
+    reuse_recorded = common.summary([r["reuse_run"]["run_seconds"] for r in runs])
     result = {
         "machine": common.machine(),
         "params": {"images": images, "epochs": epochs, "num_workers": 2, "repeats": repeats},
@@ -134,6 +144,9 @@ def run(
             [r["before_first_and_after_last_seconds"] for r in runs]
         ),
         "ratio_wall_vs_stages": common.ratio(wall, stages),
+        # The run as Airflow records it: without the CLI process's start and parsing.
+        "run_seconds": recorded,
+        "ratio_run_vs_stages": common.ratio(recorded, stages),
         # A second run with unchanged inputs reuses the shards (content fingerprint).
         "second_run_wall_seconds": second_wall,
         "second_run_shard_seconds": common.summary(
@@ -146,6 +159,8 @@ def run(
             for task in runs[0]["reuse_run"]["task_seconds"]
         },
         "ratio_reuse_vs_first_run": common.ratio(reuse_wall, wall),
+        "reuse_run_seconds": reuse_recorded,
+        "ratio_reuse_vs_first_run_recorded": common.ratio(reuse_recorded, recorded),
     }
     common.write_result("orchestration", result, results_dir)
     return result

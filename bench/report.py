@@ -168,13 +168,20 @@ def rows(results: dict) -> list[tuple[str, str, str]]:
     if "orchestration" in results:
         r = results["orchestration"]
         out.append(
-            ("whole DAG run vs sum of its tasks (s)",
+            ("whole DAG run vs sum of its tasks (s): the `airflow dags test` process",
              f"{r['wall_seconds']['median']:.1f} vs {r['sum_task_seconds']['median']:.1f}"
              + (f" (between tasks {r['between_tasks_seconds']['median']:.1f}, around the run "
                 f"in `airflow dags test` {r['around_the_run_seconds']['median']:.1f})"
                 if "around_the_run_seconds" in r else ""),
              f"ratio_wall_vs_stages {r['ratio_wall_vs_stages']:.2f}")
         )  # fmt: skip
+        if "ratio_run_vs_stages" in r:
+            out.append(
+                ("same, the run as Airflow records it (its page's duration: no CLI start or "
+                 "parsing)",
+                 f"{r['run_seconds']['median']:.1f} vs {r['sum_task_seconds']['median']:.1f}",
+                 f"ratio_run_vs_stages {r['ratio_run_vs_stages']:.2f} (goal at most 1.10)")
+            )  # fmt: skip
         if "ratio_second_vs_first_run" in r:
             second, first = r["second_run_wall_seconds"], r["wall_seconds"]
             out.append(
@@ -185,14 +192,23 @@ def rows(results: dict) -> list[tuple[str, str, str]]:
             )  # fmt: skip
         if "ratio_reuse_vs_first_run" in r:
             reuse, first = r["reuse_run_wall_seconds"], r["wall_seconds"]
+            recorded = (
+                f"; as Airflow records the runs {r['reuse_run_seconds']['median']:.1f} vs "
+                f"{r['run_seconds']['median']:.1f}"
+                if "ratio_reuse_vs_first_run_recorded" in r
+                else ""
+            )
             out.append(
                 ("DAG run with reuse_training, inputs unchanged (shards and training reused), "
-                 "vs the first (s)",
-                 f"{reuse['median']:.1f} vs {first['median']:.1f} (train "
+                 "vs the first (s): the `airflow dags test` process" + recorded,
+                 f"{reuse['median']:.1f} vs {first['median']:.1f} (shard_images "
+                 f"{r['reuse_run_task_seconds']['shard_images']['median']:.1f}, train "
                  f"{r['reuse_run_task_seconds']['train']['median']:.1f}, evaluate "
                  f"{r['reuse_run_task_seconds']['evaluate']['median']:.1f})",
-                 f"ratio_reuse_vs_first_run {r['ratio_reuse_vs_first_run']:.2f} "
-                 "(goal at most 0.25)")
+                 f"ratio_reuse_vs_first_run {r['ratio_reuse_vs_first_run']:.2f}"
+                 + (f", recorded {r['ratio_reuse_vs_first_run_recorded']:.2f}"
+                    if "ratio_reuse_vs_first_run_recorded" in r else "")
+                 + " (goal at most 0.25)")
             )  # fmt: skip
     if "warm_start" in results:
         r = results["warm_start"]

@@ -39,8 +39,10 @@ RATIOS = {
     ],
     "orchestration": [
         "ratio_wall_vs_stages",
+        "ratio_run_vs_stages",
         "ratio_second_vs_first_run",
         "ratio_reuse_vs_first_run",
+        "ratio_reuse_vs_first_run_recorded",
     ],
     "warm_start": ["ratio_warm_vs_cold_accuracy", "ratio_warm_vs_cold_seconds"],
     "data_statistics": ["ratio_with_vs_without_seconds"],
