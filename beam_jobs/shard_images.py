@@ -45,6 +45,7 @@ from beam_jobs.local_runner import (
     LOCAL_RUNNER_NAMES,
     available_cores,
     choose_local_mode,
+    limit_malloc_arenas,
 )
 from beam_jobs.perceptual_hash import MAX_GROUP_SIZE
 from beam_jobs.plan import InputError, PlanOutline, build_plan, unit_lines
@@ -568,6 +569,10 @@ def run(argv: list[str] | None = None) -> int:
         options = pipeline_options(beam_args)
     except ConfigError as err:
         parser.error(str(err))  # exits 2 with the usage line
+    if options.view_as(StandardOptions).runner == LOCAL_RUNNER:
+        # This process owns the runner: cap malloc arenas before it starts its threads
+        # and worker processes.
+        limit_malloc_arenas()
     with QuietInterrupt() as interrupt, _run_log() as run_log:
         try:
             result = shard_images(

@@ -1,3 +1,6 @@
+import os
+import sys
+
 import pytest
 from apache_beam.options.pipeline_options import DirectOptions, StandardOptions
 
@@ -84,3 +87,45 @@ def test_asking_for_workers_means_worker_processes():
 def test_other_runners_pass_through():
     options = pipeline_options(["--runner=DataflowRunner", "--project=p"])
     assert options.view_as(StandardOptions).runner == "DataflowRunner"
+
+
+_ARENAS = """
+import ctypes, os, sys, threading
+from beam_jobs.local_runner import limit_malloc_arenas
+limited = limit_malloc_arenas() if sys.argv[1] == "limit" else False
+start = threading.Barrier(8)
+def allocate():
+    start.wait()  # all at once: each thread that finds the heap busy gets an arena
+    blocks = [bytearray(4096 + i) for i in range(20000)]  # malloc, not Python's pools
+    del blocks
+threads = [threading.Thread(target=allocate) for _ in range(8)]
+for t in threads: t.start()
+for t in threads: t.join()
+sys.stderr.flush()
+ctypes.CDLL(None).malloc_stats()  # one "Arena N:" block per arena, on stderr
+print(limited, os.environ.get("MALLOC_ARENA_MAX"))
+"""
+
+
+def _arenas(mode: str) -> tuple[int, str]:
+    import re
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
+    proc = subprocess.run(
+        [sys.executable, "-c", _ARENAS, mode], capture_output=True, text=True, env=env, check=True
+    )
+    return len(re.findall(r"^Arena \d+:", proc.stderr, re.M)), proc.stdout.strip()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc arenas")
+def test_the_runner_process_and_its_workers_use_two_malloc_arenas():
+    """Threads that allocate at once each get a glibc arena of their own (up to 8 per core)
+    and what one frees the others do not reuse: the local runner's driver at 200,000 images
+    peaked at 853 MB with the default, 593 MB with 2. Capped here and, through the
+    environment, in the worker processes the runner starts."""
+    default, said = _arenas("default")
+    assert default > 2 and said == "False None"
+    limited, said = _arenas("limit")
+    assert limited <= 2 and said == "True 2"
