@@ -244,3 +244,33 @@ def test_a_retried_rename_finds_its_shard_in_place(tmp_path):
     target.write_bytes(b"records")
     _move(str(tmp_path / "gone-fragment"), str(target))  # the first try renamed it
     assert target.read_bytes() == b"records"
+
+
+def test_the_plan_is_read_by_the_workers_from_byte_ranges(tmp_path):
+    """Only each line's (start, end) crosses the runner; each unit is read back whole,
+    whatever the block its line starts or ends in, a last line without its newline too."""
+    from beam_jobs.plan import unit_lines
+    from beam_jobs.transforms import ReadPlanUnits, line_ranges
+
+    items = [
+        WorkItem(uri=f"/in/{label}/{n}.jpg", key=f"{label}/{n}.jpg", label=label,
+                 split="train", shard=0, chunk=n % 3)
+        for label in ("cat", "dog") for n in range(7)
+    ]  # fmt: skip
+    lines = list(unit_lines(items))
+    plan = tmp_path / "inputs.jsonl"
+    plan.write_text("\n".join(lines))  # no newline after the last
+    ranges = line_ranges(str(plan), block=7)  # lines cross blocks
+    data = plan.read_bytes()
+    assert [data[a:b].decode().rstrip("\n") for a, b in ranges] == lines
+    with TestPipeline() as p:
+        units = p | ReadPlanUnits(str(plan))
+        assert_that(
+            units | beam.MapTuple(lambda unit, members: (unit, sorted(i.key for i in members))),
+            equal_to(
+                [
+                    (("train", 0, c), sorted(i.key for i in items if i.unit == ("train", 0, c)))
+                    for c in range(3)
+                ]
+            ),
+        )
