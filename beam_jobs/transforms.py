@@ -554,18 +554,26 @@ class FindNearCopies(beam.PTransform):
             ends = np.cumsum([len(v) // 8 for _, v in packs])
             pack_of = np.searchsorted(ends, members, side="right")
             starts = np.r_[0, ends[:-1]]
-            names = [packs[p][0] for p in pack_of.tolist()]
-            at = (members - starts[pack_of]).tolist()
-            yield json.dumps([names, at]).encode(), pairs.astype(np.int32).tobytes()
+            # Each member as (list, position) in int32 arrays, the lists named once: at
+            # 200,000 look-alike images a name per member made each band's element 7 MB,
+            # and on the local runner the driver buffers every band's at once.
+            used, pack_index = np.unique(pack_of, return_inverse=True)
+            yield (
+                json.dumps([packs[p][0] for p in used.tolist()]).encode(),
+                np.stack([pack_index, members - starts[pack_of]]).astype(np.int32).tobytes(),
+                pairs.astype(np.int32).tobytes(),
+            )
 
         def near_groups(per_band, holder_lists):
             decoded: dict[str, list] = {}
             ids: dict[tuple[str, int], int] = {}
             holders, firsts, seconds = [], [], []
-            for members_blob, pairs_blob in per_band:
-                names, at = json.loads(members_blob)
-                index = np.empty(len(names), dtype=np.int64)
-                for n, member in enumerate(zip(names, at, strict=True)):
+            for names_blob, members_blob, pairs_blob in per_band:
+                names = json.loads(names_blob)
+                where = np.frombuffer(members_blob, dtype=np.int32).reshape(2, -1)
+                index = np.empty(where.shape[1], dtype=np.int64)
+                for n, (p, at) in enumerate(where.T.tolist()):
+                    member = (names[p], at)
                     if member not in ids:
                         if member[0] not in decoded:
                             decoded[member[0]] = json.loads(holder_lists[member[0]])
