@@ -83,9 +83,14 @@ def read_json_lines(directory: str, pattern: str) -> list[dict]:
     return fs.read_json_lines(files_under(directory, pattern))
 
 
+def create(path: str):
+    """A file to write exactly what is written to (Beam would otherwise gzip again anything
+    named *.gz); Beam's writers buffer."""
+    return FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED)
+
+
 def write_bytes(path: str, data: bytes) -> None:
-    """Write exactly `data` (Beam would otherwise gzip again anything named *.gz)."""
-    with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+    with create(path) as handle:
         handle.write(data)
 
 
