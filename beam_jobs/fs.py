@@ -19,6 +19,8 @@ from typing import NamedTuple
 
 from apache_beam.io.filesystems import FileSystems
 
+from stageconfig import is_remote
+
 _GLOB = re.compile(r"([\[*?])")
 
 
@@ -36,10 +38,6 @@ def json_bytes(value, **options) -> bytes:
         return text.encode()
     except UnicodeEncodeError:
         return json.dumps(value, **options).encode()
-
-
-def is_remote(path: str) -> bool:
-    return "://" in path
 
 
 # An escaped "[" ("[[]") becomes a regex set that Python warns may one day nest; Beam

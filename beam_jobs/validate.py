@@ -15,11 +15,12 @@ history, such as one copied by hand.
 from __future__ import annotations
 
 import hashlib
-import os
+import posixpath
 
 from shardspec.folder import LOCAL_FILES, CallableFiles, FolderMetadata, check_folder
 from shardspec.layout import METADATA
 from shardspec.tfrecord import CorruptShardError, iter_records
+from stageconfig import is_remote
 
 
 class ShardValidationError(ValueError):
@@ -38,10 +39,6 @@ def _filesystems():
     return FileSystems
 
 
-def _local(path: str) -> bool:
-    return "://" not in path
-
-
 def _beam_read(path: str) -> bytes:
     """The file's bytes as stored (Beam would otherwise gunzip *.gz on the fly)."""
     from apache_beam.io.filesystem import CompressionTypes
@@ -57,20 +54,26 @@ def _beam_size(path: str) -> int:
         raise FileNotFoundError(path) from None
 
 
-def _read(path: str) -> bytes:
-    return LOCAL_FILES.read_bytes(path) if _local(path) else _beam_read(path)
-
-
 # The folder checks of shardspec.folder, through Beam's filesystems (local, gs://, ...).
 BEAM_FILES = CallableFiles(
     exists=lambda p: _filesystems().exists(p), read_bytes=_beam_read, size=_beam_size
 )
-# Local paths through the standard library, the others through Beam's filesystems.
+
+
+def _files(path: str) -> CallableFiles:
+    """Local paths through the standard library, the others through Beam's filesystems."""
+    return BEAM_FILES if is_remote(path) else LOCAL_FILES
+
+
+def _read(path: str) -> bytes:
+    return _files(path).read_bytes(path)
+
+
 # (_read through a lambda: looked up at call time, so a test can watch what is read.)
 FILES = CallableFiles(
-    exists=lambda p: LOCAL_FILES.exists(p) if _local(p) else BEAM_FILES.exists(p),
+    exists=lambda p: _files(p).exists(p),
     read_bytes=lambda p: _read(p),
-    size=lambda p: LOCAL_FILES.size(p) if _local(p) else _beam_size(p),
+    size=lambda p: _files(p).size(p),
 )
 
 
@@ -121,7 +124,7 @@ def _verify_records(folder: FolderMetadata, directory: str, found: list[str]) ->
         for shard in split.shards:
             if any(p.startswith(f"{shard.file}:") for p in found):
                 continue  # missing or resized: already reported
-            data = _read(_join(root, shard.file))
+            data = _read(posixpath.join(root, shard.file))
             if hashlib.sha256(data).hexdigest() != shard.sha256:
                 problems.append(f"{shard.file}: sha256 differs from {METADATA}")
             try:
@@ -141,7 +144,3 @@ def _verify_records(folder: FolderMetadata, directory: str, found: list[str]) ->
                 f"{split_name}: shards hold {counted} records, {METADATA} says {split.num_records}"
             )
     return problems
-
-
-def _join(root: str, name: str) -> str:
-    return os.path.join(root, name) if _local(root) else _filesystems().join(root, name)

@@ -220,6 +220,11 @@ def from_mapping(cls, values: Any, *, name: str):
     return config
 
 
+def is_remote(path: str) -> bool:
+    """A path with a scheme (gs://, s3://, ...), read through a file system layer."""
+    return "://" in path
+
+
 def local_path(uri: str) -> str:
     """A `file://` URI as the local path it names; anything else unchanged.
 
