@@ -206,7 +206,8 @@ def rows(results: dict) -> list[tuple[str, str, str]]:
                  f"{r['reuse_run_task_seconds']['train']['median']:.1f}, evaluate "
                  f"{r['reuse_run_task_seconds']['evaluate']['median']:.1f})",
                  f"ratio_reuse_vs_first_run {r['ratio_reuse_vs_first_run']:.2f}"
-                 + (f", recorded {r['ratio_reuse_vs_first_run_recorded']:.2f}"
+                 + (f", ratio_reuse_vs_first_run_recorded "
+                    f"{r['ratio_reuse_vs_first_run_recorded']:.2f}"
                     if "ratio_reuse_vs_first_run_recorded" in r else "")
                  + " (goal at most 0.25)")
             )  # fmt: skip
