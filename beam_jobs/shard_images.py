@@ -297,8 +297,9 @@ def build_pipeline(
     plan_path: str,
     staging: str,
     shard_counts: dict[str, int],
+    ranges: list[tuple[int, int]],
 ) -> None:
-    units = p | "ReadPlan" >> ReadPlanUnits(plan_path)
+    units = p | "ReadPlan" >> ReadPlanUnits(plan_path, ranges)
     results = units | "ReadImages" >> ReadImages(
         staging, config.max_side, config.max_pixels, int(config.max_file_mb * 2**20)
     )
@@ -368,17 +369,17 @@ def shard_images(
         with _stage("reusing cached shards"):
             return _reuse(config, found, started)
     with _stage("staging"):
-        staging = _stage_plan(config, plan)
+        staging, ranges = _stage_plan(config, plan)
     try:
         if config.leak_free_splits:
             with _stage("grouping copies (--leak-free-splits)"):
-                plan = _leak_free_plan(config, options, plan, staging)
+                plan, ranges = _leak_free_plan(config, options, plan, staging, ranges)
         # From here the items are read from the staged plan alone; the driver keeps an
         # outline through the run.
         outline = plan.outline()
         del plan
         with _stage("running the pipeline"):
-            _run_pipeline(config, options, outline, staging)
+            _run_pipeline(config, options, outline, staging, ranges)
         with _stage("writing the output"):
             metadata, problem = _finish_output(
                 config, outline, staging, key, describe_runner(options)
@@ -414,27 +415,34 @@ def _reuse(config: ShardConfig, found: tuple[str, dict], started: float) -> Shar
     return result
 
 
-def _stage_plan(config: ShardConfig, plan) -> str:
-    """Untrust the output, record the parameters, write the plan; -> the staging folder."""
+def _stage_plan(config: ShardConfig, plan) -> tuple[str, list[tuple[int, int]]]:
+    """Untrust the output, record the parameters, write the plan; -> the staging folder
+    and the byte range of each line of its plan."""
     out.invalidate(config.output)
     # The effective parameters beside the output from the start (metadata.json repeats them
     # at the end): a running or killed job says what it was asked to do.
     out.write_bytes(out.join(config.output, CONFIG), json_bytes(config.to_json(), indent=2))
     staging = out.new_staging_dir(config.output)
-    _write_plan(staging, plan)
-    return staging
+    return staging, _write_plan(staging, plan)
 
 
 def _plan_path(staging: str) -> str:
     return out.join(staging, "_plan", "inputs.jsonl")
 
 
-def _write_plan(staging: str, plan) -> None:
+def _write_plan(staging: str, plan) -> list[tuple[int, int]]:
+    """Write the plan's units, a line each; -> each line's (start, end) byte offsets, which
+    the pipeline spreads instead of the lines (transforms.ReadPlanUnits)."""
     # Line by line through a buffer, not the whole plan as one string and again as bytes
     # (two copies of 60 MB at 200,000 images, at the driver's planning peak).
+    ranges, offset = [], 0
     with out.create(_plan_path(staging)) as handle:
         for line in unit_lines(plan.items):
-            handle.write(f"{line}\n".encode())
+            data = f"{line}\n".encode()
+            handle.write(data)
+            ranges.append((offset, offset + len(data)))
+            offset += len(data)
+    return ranges
 
 
 def _choose_local(options: PipelineOptions, plan, choose_local: bool) -> None:
@@ -445,18 +453,28 @@ def _choose_local(options: PipelineOptions, plan, choose_local: bool) -> None:
 
 
 def _run_pipeline(
-    config: ShardConfig, options: PipelineOptions, plan: PlanOutline, staging: str
+    config: ShardConfig,
+    options: PipelineOptions,
+    plan: PlanOutline,
+    staging: str,
+    ranges: list[tuple[int, int]],
 ) -> None:
     log.info("running the sharding pipeline on %s (staging %s)", describe_runner(options), staging)
     with beam.Pipeline(options=options) as pipeline:
-        build_pipeline(pipeline, config, _plan_path(staging), staging, plan.shard_counts)
+        build_pipeline(pipeline, config, _plan_path(staging), staging, plan.shard_counts, ranges)
 
 
-def build_grouping_pipeline(p: beam.Pipeline, config: ShardConfig, plan_path: str, groups: str):
+def build_grouping_pipeline(
+    p: beam.Pipeline,
+    config: ShardConfig,
+    plan_path: str,
+    ranges: list[tuple[int, int]],
+    groups: str,
+):
     """--leak-free-splits' first pass: every planned image's pHash -> groups of copies."""
     (
         p
-        | "ReadPlan" >> ReadPlanUnits(plan_path)
+        | "ReadPlan" >> ReadPlanUnits(plan_path, ranges)
         | "Items" >> beam.FlatMap(lambda unit: unit[1])
         | "HashImages"
         >> beam.ParDo(
@@ -468,13 +486,17 @@ def build_grouping_pipeline(p: beam.Pipeline, config: ShardConfig, plan_path: st
     )
 
 
-def _leak_free_plan(config: ShardConfig, options: PipelineOptions, plan, staging: str):
+def _leak_free_plan(
+    config: ShardConfig, options: PipelineOptions, plan, staging: str, ranges
+) -> tuple[object, list[tuple[int, int]]]:
     """Hash every image, group copies, and place each group in one split: the plan again
-    with those splits (written over the staged one)."""
+    with those splits (written over the staged one), and its lines' byte ranges."""
     log.info("grouping near-copies for --leak-free-splits on %s", describe_runner(options))
     groups_dir = out.join(staging, "_groups")
     with beam.Pipeline(options=options) as pipeline:
-        build_grouping_pipeline(pipeline, config, _plan_path(staging), out.join(groups_dir, "g"))
+        build_grouping_pipeline(
+            pipeline, config, _plan_path(staging), ranges, out.join(groups_dir, "g")
+        )
     split_of = {item.key: item.split for item in plan.items if not item.reject}
     overrides = {}
     groups = [g for g in out.read_json_lines(groups_dir, "*") if g["images"]]
@@ -492,8 +514,7 @@ def _leak_free_plan(config: ShardConfig, options: PipelineOptions, plan, staging
         len(groups),
         moved,
     )
-    _write_plan(staging, placed)
-    return placed
+    return placed, _write_plan(staging, placed)
 
 
 def _finish_output(

@@ -246,23 +246,6 @@ def group_splits(group: dict) -> dict[str, str]:
     return {image["key"]: first["split"] for image in group["images"]}
 
 
-def line_ranges(path: str, block: int = 1 << 20) -> list[tuple[int, int]]:
-    """(start, end) byte offsets of each line of `path`, read in blocks: the driver keeps
-    two integers per line, not the lines."""
-    ranges, start, offset = [], 0, 0
-    with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
-        while data := handle.read(block):
-            at = data.find(b"\n")
-            while at >= 0:
-                ranges.append((start, offset + at + 1))
-                start = offset + at + 1
-                at = data.find(b"\n", at + 1)
-            offset += len(data)
-    if offset > start:  # a last line without its newline
-        ranges.append((start, offset))
-    return ranges
-
-
 class ReadPlanLinesFn(beam.DoFn):
     """(start, end) of a line of the plan file -> that unit of work, read where it is
     processed; one open file per bundle (on gs://, a seek is a ranged read)."""
@@ -290,22 +273,24 @@ class ReadPlanLinesFn(beam.DoFn):
 
 
 class ReadPlanUnits(beam.PTransform):
-    """The plan file (plan.unit_lines) -> its units of work, ((split, shard, chunk), items),
-    spread over the workers. What is spread is each line's byte range, and each worker
-    reads its own lines from the file: on the local runner every element between stages
-    lives in the driver, where the lines themselves (300 bytes per image) were its largest
-    buffer at 200,000 images. The ranges are part of the pipeline's definition (about 20
-    bytes a unit: 3 MB for 10 million images in units of 64, under Dataflow's 10 MB job
-    request; a run that large on Dataflow has shards as units, far fewer)."""
+    """The plan file (plan.unit_lines) and each line's (start, end) byte offsets, as its
+    writer counted them -> its units of work, ((split, shard, chunk), items), spread over
+    the workers. What is spread is each line's byte range, and each worker reads its own
+    lines from the file: on the local runner every element between stages lives in the
+    driver, where the lines themselves (300 bytes per image) were its largest buffer at
+    200,000 images. The ranges are part of the pipeline's definition (about 20 bytes a
+    unit: 3 MB for 10 million images in units of 64, under Dataflow's 10 MB job request;
+    a run that large on Dataflow has shards as units, far fewer)."""
 
-    def __init__(self, plan_path: str):
+    def __init__(self, plan_path: str, ranges: list[tuple[int, int]]):
         super().__init__()
         self.plan_path = plan_path
+        self.ranges = ranges
 
     def expand(self, p):
         return (
             p
-            | "LineRanges" >> beam.Create(line_ranges(self.plan_path), reshuffle=False)
+            | "LineRanges" >> beam.Create(self.ranges, reshuffle=False)
             | "Spread" >> beam.Reshuffle()
             | "ReadUnits" >> beam.ParDo(ReadPlanLinesFn(self.plan_path))
         )

@@ -1,4 +1,6 @@
 import os
+import re
+import subprocess
 import sys
 
 import pytest
@@ -108,10 +110,6 @@ print(limited, os.environ.get("MALLOC_ARENA_MAX"))
 
 
 def _arenas(mode: str) -> tuple[int, str]:
-    import re
-    import subprocess
-    import sys
-
     env = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
     proc = subprocess.run(
         [sys.executable, "-c", _ARENAS, mode], capture_output=True, text=True, env=env, check=True

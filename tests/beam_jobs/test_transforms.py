@@ -1,6 +1,8 @@
 import hashlib
 import io
 import json
+from pathlib import Path
+from types import SimpleNamespace
 
 import apache_beam as beam
 import tensorflow as tf
@@ -247,10 +249,11 @@ def test_a_retried_rename_finds_its_shard_in_place(tmp_path):
 
 
 def test_the_plan_is_read_by_the_workers_from_byte_ranges(tmp_path):
-    """Only each line's (start, end) crosses the runner; each unit is read back whole,
-    whatever the block its line starts or ends in, a last line without its newline too."""
+    """Only each line's (start, end), as the plan's writer counted them, crosses the runner;
+    each unit is read back whole from its range."""
     from beam_jobs.plan import unit_lines
-    from beam_jobs.transforms import ReadPlanUnits, line_ranges
+    from beam_jobs.shard_images import _plan_path, _write_plan
+    from beam_jobs.transforms import ReadPlanUnits
 
     items = [
         WorkItem(uri=f"/in/{label}/{n}.jpg", key=f"{label}/{n}.jpg", label=label,
@@ -258,13 +261,12 @@ def test_the_plan_is_read_by_the_workers_from_byte_ranges(tmp_path):
         for label in ("cat", "dog") for n in range(7)
     ]  # fmt: skip
     lines = list(unit_lines(items))
-    plan = tmp_path / "inputs.jsonl"
-    plan.write_text("\n".join(lines))  # no newline after the last
-    ranges = line_ranges(str(plan), block=7)  # lines cross blocks
-    data = plan.read_bytes()
-    assert [data[a:b].decode().rstrip("\n") for a, b in ranges] == lines
+    ranges = _write_plan(str(tmp_path), SimpleNamespace(items=items))
+    plan = _plan_path(str(tmp_path))
+    data = Path(plan).read_bytes()
+    assert [data[a:b].decode() for a, b in ranges] == [f"{line}\n" for line in lines]
     with TestPipeline() as p:
-        units = p | ReadPlanUnits(str(plan))
+        units = p | ReadPlanUnits(plan, ranges)
         assert_that(
             units | beam.MapTuple(lambda unit, members: (unit, sorted(i.key for i in members))),
             equal_to(
