@@ -490,6 +490,10 @@ class MergeStatisticsFn(beam.CombineFn):
         return accumulator.to_json()
 
 
+# Keys a row of look-alikes names (the first, in key order).
+EXAMPLES = 10
+
+
 class FindNearCopies(beam.PTransform):
     """Lists of (pHash as int64, (key, label, split, sha256)) -> one row per group of images whose
     pHashes are within `max_distance` of each other (transitively), when the group holds
@@ -502,7 +506,10 @@ class FindNearCopies(beam.PTransform):
     thousand blank images gives ten thousand edges, not fifty million. Hashes travel as
     one list per chunk and band (a few per chunk, not `max_distance + 1` per image): the
     per-element cost of a Beam shuffle would otherwise exceed the hashing. Each band is
-    bucketed in one place; the edges (one per near-copy, few) are joined in one place.
+    bucketed in one place; the edges (one per near-copy, few) become groups in one place,
+    as integers; each list's holders then meet the members wanted from it by name
+    (CoGroupByKey), not as a side input of every holder, which the one worker joining
+    would hold whole (120 bytes an image: 1.2 GB at 10 million images).
     """
 
     def __init__(self, max_distance: int, *, keep_exact: bool = False):
@@ -551,10 +558,11 @@ class FindNearCopies(beam.PTransform):
                 pairs.astype(np.int32).tobytes(),
             )
 
-        def near_groups(per_band, holder_lists):
-            decoded: dict[str, list] = {}
+        def components(per_band):
+            # Every band's edges -> the groups, as (list name, [(group, position), ...]) for
+            # each list holding a member: only integers meet in this one place.
             ids: dict[tuple[str, int], int] = {}
-            holders, firsts, seconds = [], [], []
+            members, firsts, seconds = [], [], []
             for names_blob, members_blob, pairs_blob in per_band:
                 names = json.loads(names_blob)
                 where = np.frombuffer(members_blob, dtype=np.int32).reshape(2, -1)
@@ -562,36 +570,61 @@ class FindNearCopies(beam.PTransform):
                 for n, (p, at) in enumerate(where.T.tolist()):
                     member = (names[p], at)
                     if member not in ids:
-                        if member[0] not in decoded:
-                            decoded[member[0]] = json.loads(holder_lists[member[0]])
-                        ids[member] = len(holders)
-                        holders.append(tuple(decoded[member[0]][member[1]]))
+                        ids[member] = len(members)
+                        members.append(member)
                     index[n] = ids[member]
                 pairs = np.frombuffer(pairs_blob, dtype=np.int32).reshape(2, -1)
                 firsts.append(index[pairs[0]])
                 seconds.append(index[pairs[1]])
-            if not holders:
+            if not members:
                 return
             labels = perceptual_hash.components(
-                len(holders), np.concatenate(firsts), np.concatenate(seconds)
+                len(members), np.concatenate(firsts), np.concatenate(seconds)
             )
-            order = np.argsort(labels, kind="stable")
-            cuts = np.flatnonzero(np.diff(labels[order])) + 1
-            for component in np.split(order, cuts):
-                members = sorted(holders[m] for m in component.tolist())
-                keys = [key for key, *_ in members]
-                if len(keys) > perceptual_hash.MAX_GROUP_SIZE:
-                    yield {  # look-alikes: a count and a few names, not a group of copies
-                        "kind": "alike",
-                        "key": keys[0],
-                        "max_distance": max_distance,
-                        "num_images": len(keys),
-                        "examples": keys[:10],
-                        "images": [],
-                    }
-                    continue
-                if len({sha for *_, sha in members}) < 2 and not keep_exact:
-                    continue  # the same bytes: FindCopies reports them
+            alike = (np.bincount(labels) > perceptual_hash.MAX_GROUP_SIZE)[labels].tolist()
+            wanted: dict[str, list] = defaultdict(list)
+            for (name, at), group, large in zip(members, labels.tolist(), alike, strict=True):
+                wanted[name].append((group, at, large))
+            yield from wanted.items()
+
+        def holders_wanted(element):
+            # One list's holders, decoded once, for the members the groups want from it:
+            # one element per group and list, not per image (a shuffle's cost is per
+            # element), as (members here, their holders). A group of look-alikes is
+            # reported by its count and first keys: it takes this list's first few only.
+            _, joined = element
+            wanted = [pair for pairs in joined["wanted"] for pair in pairs]
+            if not wanted:
+                return
+            (blob,) = joined["holders"]  # a list's name is its first key: unique
+            holders = json.loads(blob)
+            by_group: dict[int, list] = defaultdict(list)
+            large = set()
+            for group, at, alike in wanted:
+                by_group[group].append(tuple(holders[at]))
+                if alike:
+                    large.add(group)
+            for group, members in by_group.items():
+                kept = sorted(members)[:EXAMPLES] if group in large else members
+                yield group, (len(members), kept)
+
+        def group_row(element):
+            _, parts = element
+            parts = list(parts)
+            members = sorted(holder for _, kept in parts for holder in kept)
+            keys = [key for key, *_ in members]
+            count = sum(count for count, _ in parts)
+            if count > perceptual_hash.MAX_GROUP_SIZE:
+                yield {  # look-alikes: a count and a few names, not a group of copies
+                    "kind": "alike",
+                    "key": keys[0],
+                    "max_distance": max_distance,
+                    "num_images": count,
+                    "examples": keys[:EXAMPLES],
+                    "images": [],
+                }
+            elif len({sha for *_, sha in members}) > 1 or keep_exact:
+                # (one content only: the same bytes, which FindCopies reports)
                 yield {
                     "kind": "near",
                     "key": keys[0],
@@ -603,14 +636,21 @@ class FindNearCopies(beam.PTransform):
                 }
 
         packed = hash_lists | "Pack" >> beam.FlatMap(pack)
-        holder_lists = packed | "Holders" >> beam.Map(lambda p: (p[0], p[2]))
-        return (
+        wanted = (
             packed
             | "ByBand" >> beam.FlatMap(by_band)
             | "GroupByBand" >> beam.GroupByKey()
             | "ClosePairs" >> beam.FlatMap(edges)
             | "AllBands" >> beam.combiners.ToList()
-            | "JoinGroups" >> beam.FlatMap(near_groups, beam.pvalue.AsDict(holder_lists))
+            | "Components" >> beam.FlatMap(components)
+        )
+        holders = packed | "Holders" >> beam.Map(lambda p: (p[0], p[2]))
+        return (
+            {"holders": holders, "wanted": wanted}
+            | "JoinHolders" >> beam.CoGroupByKey()
+            | "HoldersWanted" >> beam.FlatMap(holders_wanted)
+            | "ByGroup" >> beam.GroupByKey()
+            | "Rows" >> beam.FlatMap(group_row)
         )
 
 
