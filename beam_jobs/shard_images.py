@@ -48,7 +48,7 @@ from beam_jobs.local_runner import (
     limit_malloc_arenas,
 )
 from beam_jobs.perceptual_hash import MAX_GROUP_SIZE
-from beam_jobs.plan import InputError, PlanOutline, build_plan, unit_lines
+from beam_jobs.plan import InputError, Plan, PlanOutline, build_plan, unit_lines
 from beam_jobs.transforms import (
     ERRORS,
     FRAGMENTS,
@@ -415,7 +415,7 @@ def _reuse(config: ShardConfig, found: tuple[str, dict], started: float) -> Shar
     return result
 
 
-def _stage_plan(config: ShardConfig, plan) -> tuple[str, list[tuple[int, int]]]:
+def _stage_plan(config: ShardConfig, plan: Plan) -> tuple[str, list[tuple[int, int]]]:
     """Untrust the output, record the parameters, write the plan; -> the staging folder
     and the byte range of each line of its plan."""
     out.invalidate(config.output)
@@ -430,7 +430,7 @@ def _plan_path(staging: str) -> str:
     return out.join(staging, "_plan", "inputs.jsonl")
 
 
-def _write_plan(staging: str, plan) -> list[tuple[int, int]]:
+def _write_plan(staging: str, plan: Plan) -> list[tuple[int, int]]:
     """Write the plan's units, a line each; -> each line's (start, end) byte offsets, which
     the pipeline spreads instead of the lines (transforms.ReadPlanUnits)."""
     # Line by line through a buffer, not the whole plan as one string and again as bytes
@@ -487,8 +487,12 @@ def build_grouping_pipeline(
 
 
 def _leak_free_plan(
-    config: ShardConfig, options: PipelineOptions, plan, staging: str, ranges
-) -> tuple[object, list[tuple[int, int]]]:
+    config: ShardConfig,
+    options: PipelineOptions,
+    plan: Plan,
+    staging: str,
+    ranges: list[tuple[int, int]],
+) -> tuple[Plan, list[tuple[int, int]]]:
     """Hash every image, group copies, and place each group in one split: the plan again
     with those splits (written over the staged one), and its lines' byte ranges."""
     log.info("grouping near-copies for --leak-free-splits on %s", describe_runner(options))
