@@ -641,7 +641,10 @@ class FindNearCopies(beam.PTransform):
             | "ByBand" >> beam.FlatMap(by_band)
             | "GroupByBand" >> beam.GroupByKey()
             | "ClosePairs" >> beam.FlatMap(edges)
-            | "AllBands" >> beam.combiners.ToList()
+            # Without a default: no edges, no element (rather than an empty list injected
+            # through a side input).
+            | "AllBands"
+            >> beam.CombineGlobally(beam.combiners.ToListCombineFn()).without_defaults()
             | "Components" >> beam.FlatMap(components)
         )
         holders = packed | "Holders" >> beam.Map(lambda p: (p[0], p[2]))
