@@ -599,11 +599,9 @@ class FindNearCopies(beam.PTransform):
             (blob,) = joined["holders"]  # a list's name is its first key: unique
             holders = json.loads(blob)
             by_group: dict[int, list] = defaultdict(list)
-            large = set()
-            for group, at, alike in wanted:
+            for group, at, _ in wanted:
                 by_group[group].append(tuple(holders[at]))
-                if alike:
-                    large.add(group)
+            large = {group for group, _, alike in wanted if alike}
             for group, members in by_group.items():
                 kept = sorted(members)[:EXAMPLES] if group in large else members
                 yield group, (len(members), kept)
@@ -623,8 +621,8 @@ class FindNearCopies(beam.PTransform):
                     "examples": keys[:EXAMPLES],
                     "images": [],
                 }
+            # A group of one content (the same bytes) is FindCopies' row, not a near one.
             elif len({sha for *_, sha in members}) > 1 or keep_exact:
-                # (one content only: the same bytes, which FindCopies reports)
                 yield {
                     "kind": "near",
                     "key": keys[0],
