@@ -27,13 +27,10 @@ import os
 import uuid
 from dataclasses import asdict
 
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
-
 from beam_jobs import fs
 from beam_jobs.config import ShardConfig
 from beam_jobs.plan import Plan
-from beam_jobs.validate import BEAM_FILES
+from beam_jobs.validate import FILES
 from shardspec.example import FEATURE_KINDS, SCHEMA_VERSION
 from shardspec.folder import check_folder
 from shardspec.statistics import VERSION as STATISTICS_VERSION
@@ -79,17 +76,17 @@ def fingerprint(config: ShardConfig, plan: Plan) -> str:
 
 def _read_json(path: str) -> dict | None:
     # exists() first: a missing object on GCS raises the client's NotFound, not OSError.
-    if not FileSystems.exists(path):
+    if not fs.exists(path):
         return None
     try:
-        with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        with fs.open_read(path) as handle:
             return json.loads(handle.read())
     except (OSError, ValueError):
         return None
 
 
 def _index_path(cache_dir: str, key: str) -> str:
-    return FileSystems.join(cache_dir, f"{key}.json")
+    return fs.join(cache_dir, f"{key}.json")
 
 
 def holds(directory: str, key: str) -> dict | None:
@@ -99,7 +96,7 @@ def holds(directory: str, key: str) -> dict | None:
     readable metadata, every shard present at its recorded size), so the cache never
     points a run at a folder its validation would then refuse.
     """
-    folder, problems = check_folder(directory, BEAM_FILES)
+    folder, problems = check_folder(directory, FILES)
     if problems or folder is None or folder.fingerprint != key or folder.location:
         return None
     return folder.raw
@@ -119,7 +116,7 @@ def record(cache_dir: str, key: str, output: str) -> None:
     data = json.dumps({"output": output}).encode()
     path = _index_path(cache_dir, key)
     if fs.is_remote(path):  # an object appears whole when its upload completes
-        with FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+        with fs.create(path) as handle:
             handle.write(data)
         return
     os.makedirs(cache_dir, exist_ok=True)

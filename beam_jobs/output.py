@@ -17,9 +17,6 @@ import logging
 import uuid
 from collections import Counter
 
-from apache_beam.io.filesystem import CompressionTypes
-from apache_beam.io.filesystems import FileSystems
-
 from beam_jobs import fs
 from beam_jobs.config import ShardConfig
 from beam_jobs.fs import files_under, json_bytes
@@ -37,8 +34,8 @@ log = logging.getLogger(__name__)
 STAGING_PREFIX = "_staging-"
 
 
-def join(*parts: str) -> str:
-    return FileSystems.join(*parts)
+join = fs.join
+create = fs.create
 
 
 def new_staging_dir(output: str) -> str:
@@ -66,7 +63,7 @@ def check_output_is_ours(output: str) -> None:
 def invalidate(output: str) -> None:
     """Make the output untrusted for the duration of a rerun."""
     marker = join(output, SUCCESS)
-    if FileSystems.exists(marker):
+    if fs.exists(marker):
         fs.delete([marker])
 
 
@@ -74,19 +71,13 @@ def delete_tree(directory: str) -> None:
     paths = files_under(directory)
     if paths:
         fs.delete(paths)
-    if FileSystems.exists(directory):  # local folders (GCS has no folder objects)
+    if fs.exists(directory):  # local folders (GCS has no folder objects)
         fs.delete([directory])
 
 
 def read_json_lines(directory: str, pattern: str) -> list[dict]:
     """Rows of the JSON-lines files matching `pattern` in the literal `directory`."""
     return fs.read_json_lines(files_under(directory, pattern))
-
-
-def create(path: str):
-    """A file to write exactly what is written to (Beam would otherwise gzip again anything
-    named *.gz); Beam's writers buffer."""
-    return FileSystems.create(path, compression_type=CompressionTypes.UNCOMPRESSED)
 
 
 def write_bytes(path: str, data: bytes) -> None:
@@ -238,19 +229,12 @@ def replace_output(output: str, staging: str, metadata: dict, *, success: bool) 
         sources.append(path)
         destinations.append(join(output, relative))
     for parent in sorted({d.rsplit("/", 1)[0] for d in destinations}):
-        _ensure_dir(parent)
-    if sources:
-        FileSystems.rename(sources, destinations)
+        fs.mkdirs(parent)
+    fs.rename(sources, destinations)
     write_bytes(join(output, METADATA), json_bytes(metadata, indent=2))
     delete_tree(staging)
     if success:
         write_bytes(join(output, SUCCESS), b"")
-
-
-def _ensure_dir(directory: str) -> None:
-    """Local renames need the target folder; object stores have none (mkdirs is a no-op)."""
-    if not FileSystems.exists(directory):
-        FileSystems.mkdirs(directory)
 
 
 def _staging_dirs(output: str) -> set[str]:

@@ -24,13 +24,11 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from apache_beam.io.filesystems import FileSystems
-
 from beam_jobs import fs
 from beam_jobs.config import ShardConfig
 from beam_jobs.splits import SPLIT_NAMES, hash_fraction, hash_fractions, split_at, split_name
 from shardspec.folder import MIN_CLASSES
-from stageconfig import ConfigError, is_inside, local_path, text_name
+from stageconfig import ConfigError, is_inside, is_remote, local_path, text_name
 
 log = logging.getLogger(__name__)
 
@@ -265,9 +263,9 @@ def _manifest_rows(uri: str, text: str) -> list[tuple[int, dict | None]]:
 def list_manifest(uri: str) -> tuple[list[WorkItem], dict[str, int]]:
     """Manifest rows -> items keyed by their uri as written (relative uris resolve
     against the manifest's folder), and the sizes of a sample of them."""
-    if not FileSystems.exists(uri):
+    if not fs.exists(uri):
         raise InputError(f"manifest does not exist: {uri}")
-    with FileSystems.open(uri) as handle:
+    with fs.open_decompressed(uri) as handle:
         try:
             text = handle.read().decode("utf-8-sig")  # a BOM (Excel writes one) is not data
         except UnicodeDecodeError:
@@ -301,7 +299,7 @@ def list_manifest(uri: str) -> tuple[list[WorkItem], dict[str, int]]:
             items.append(WorkItem(uri=raw_uri, key=raw_uri, label=label, reject="unreadable"))
             continue
         if "://" not in resolved and not resolved.startswith("/"):
-            resolved = FileSystems.join(base, resolved)
+            resolved = fs.join(base, resolved)
         if not _readable_scheme(resolved):
             items.append(
                 WorkItem(uri=raw_uri, key=raw_uri, label=label, reject="unsupported_scheme")
@@ -340,8 +338,10 @@ def _readable_scheme(uri: str) -> bool:
     """Beam has a file system for the uri's scheme (http(s) and ftp rows, as public
     datasets list them, have none: download those images first). Its error at read time
     told the user to install apache-beam[gcp] for any scheme."""
+    if not is_remote(uri):
+        return True
     try:
-        FileSystems.get_filesystem(uri)
+        fs.filesystems().get_filesystem(uri)
     except ValueError:
         return False
     return True
@@ -372,7 +372,7 @@ def label_name(text: str) -> str:
 
 def load_label_map(uri: str) -> dict[str, int]:
     try:
-        with FileSystems.open(uri) as handle:
+        with fs.open_decompressed(uri) as handle:
             mapping = json.loads(handle.read().decode("utf-8"))
     except Exception as err:
         raise InputError(f"cannot read --label-map {uri}: {err}") from None

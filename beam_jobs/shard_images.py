@@ -24,49 +24,23 @@ import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-
-import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import (
-    DirectOptions,
-    FlinkRunnerOptions,
-    PipelineOptions,
-    StandardOptions,
-    WorkerOptions,
-)
+from functools import cached_property
+from typing import TYPE_CHECKING
 
 from beam_jobs import cache
 from beam_jobs import output as out
 from beam_jobs.config import ConfigError, ShardConfig, add_arguments, config_from_args
 from beam_jobs.fs import json_bytes
-from beam_jobs.images import INTERNAL_ERROR
-from beam_jobs.local_runner import (
-    LOCAL_RUNNER,
-    LOCAL_RUNNER_NAMES,
-    available_cores,
-    choose_local_mode,
-    limit_malloc_arenas,
-)
+from beam_jobs.local_runner import LOCAL_RUNNER_NAMES, available_cores, limit_malloc_arenas
 from beam_jobs.perceptual_hash import MAX_GROUP_SIZE
 from beam_jobs.plan import InputError, Plan, PlanOutline, build_plan, unit_lines
-from beam_jobs.transforms import (
-    ERRORS,
-    FRAGMENTS,
-    HASHES,
-    STATS,
-    FindCopies,
-    FindNearCopies,
-    HashImageFn,
-    MergeStatisticsFn,
-    ReadImages,
-    ReadPlanUnits,
-    WriteJsonLines,
-    WriteShards,
-    group_splits,
-)
+from beam_jobs.splits import group_splits
 from shardspec.layout import CONFIG
 from stageconfig import exit_codes
 from stageconfig.interrupt import QuietInterrupt
+
+if TYPE_CHECKING:
+    from apache_beam.options.pipeline_options import PipelineOptions
 
 log = logging.getLogger("beam_jobs.shard_images")
 
@@ -220,154 +194,85 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _beam_flag_parser() -> argparse.ArgumentParser:
-    """Every flag Beam's PipelineOptions (all runners) understands."""
-    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-    pending = list(PipelineOptions.__subclasses__())
-    seen = set()
-    while pending:
-        cls = pending.pop()
-        if cls in seen:
-            continue
-        seen.add(cls)
-        pending.extend(cls.__subclasses__())
+class BeamFlags:
+    """The flags passed through to Beam, read by Beam only when the run needs it.
+
+    Beam's import is most of what a run that reuses a cached output costs (1.1 of 1.7 s):
+    a run whose flags only name the local runner (and the labels Airflow's Beam operator
+    adds for Dataflow) is planned without them, and parses them when it runs the job."""
+
+    def __init__(self, args: list[str]):
+        self.args = list(args)
+
+    @cached_property
+    def local_only(self) -> bool:
+        parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
+        parser.add_argument("--runner")
+        parser.add_argument("--labels", action="append")
         try:
-            cls._add_argparse_args(parser)
+            known, rest = parser.parse_known_args(self.args)
         except argparse.ArgumentError:
-            continue  # the same flag declared by two option classes
-    return parser
+            return False
+        return not rest and known.runner in LOCAL_RUNNER_NAMES
+
+    @cached_property
+    def options(self) -> PipelineOptions:
+        """Beam's options (a ConfigError for a flag Beam does not know)."""
+        from beam_jobs.pipeline import pipeline_options
+
+        return pipeline_options(self.args)
+
+    @property
+    def local(self) -> bool:
+        """The job runs on this machine, on Beam's local runner."""
+        if self.local_only:
+            return True
+        from beam_jobs.pipeline import is_local
+
+        return is_local(self.options)
+
+    @property
+    def choose_local(self) -> bool:
+        """Whether the local runner's mode is chosen by the input (not set by a flag)."""
+        return not any(
+            arg.startswith(("--direct_running_mode", "--direct_num_workers")) for arg in self.args
+        )
 
 
-def pipeline_options(beam_args: list[str]) -> PipelineOptions:
-    """Validate pass-through flags (a typo is an error, not a silent no-op); a local
-    run gets Beam's FnApiRunner by name (see beam_jobs/local_runner.py)."""
-    _, unknown = _beam_flag_parser().parse_known_args(beam_args)
-    unknown = [arg for arg in unknown if arg.startswith("-")]
-    if unknown:
-        raise ConfigError(f"unknown flag(s): {' '.join(unknown)} (see --help)")
-    options = PipelineOptions(list(beam_args))
-    standard = options.view_as(StandardOptions)
-    if standard.runner in LOCAL_RUNNER_NAMES:
-        standard.runner = LOCAL_RUNNER
-        direct = options.view_as(DirectOptions)
-        if (direct.direct_num_workers or 1) > 1 and not _given(beam_args, "--direct_running_mode"):
-            direct.direct_running_mode = "multi_processing"  # workers asked for: processes
-    return options
-
-
-def _given(beam_args: list[str], *flags: str) -> bool:
-    return any(arg.startswith(flags) for arg in beam_args)
-
-
-def sets_local_parallelism(beam_args: list[str]) -> bool:
-    return _given(beam_args, "--direct_running_mode", "--direct_num_workers")
-
-
-def describe_runner(options: PipelineOptions) -> str:
-    runner = options.view_as(StandardOptions).runner
-    if runner != LOCAL_RUNNER:
-        return runner
-    direct = options.view_as(DirectOptions)
-    return f"{runner} ({direct.direct_running_mode}, {direct.direct_num_workers or 1} worker(s))"
-
-
-# Workers a distributed run is planned for when its options name no count (Dataflow's
-# autoscaling, a Spark master): more units than workers cost only a few bytes written twice.
-DEFAULT_REMOTE_PARALLELISM = 8
-
-
-def expected_parallelism(options: PipelineOptions) -> int:
-    """The workers a run's units of work are sized for (beam_jobs.plan.whole_shard_images):
-    the local runner's, else what the options say."""
-    if options.view_as(StandardOptions).runner == LOCAL_RUNNER:
-        return options.view_as(DirectOptions).direct_num_workers or 1
-    workers = options.view_as(WorkerOptions)
-    flink = options.view_as(FlinkRunnerOptions).parallelism
-    return max(
-        1,
-        workers.max_num_workers
-        or workers.num_workers
-        or (flink if flink and flink > 0 else DEFAULT_REMOTE_PARALLELISM),
-    )
-
-
-def build_pipeline(
-    p: beam.Pipeline,
-    config: ShardConfig,
-    plan_path: str,
-    staging: str,
-    shard_counts: dict[str, int],
-    ranges: list[tuple[int, int]],
-) -> None:
-    units = p | "ReadPlan" >> ReadPlanUnits(plan_path, ranges)
-    results = units | "ReadImages" >> ReadImages(
-        staging, config.max_side, config.max_pixels, int(config.max_file_mb * 2**20)
-    )
-    reports = results[FRAGMENTS] | "WriteShards" >> WriteShards(
-        staging, shard_counts, config.compression
-    )
-    reports | "WriteShardReports" >> WriteJsonLines(
-        out.join(staging, "_reports", "shards"), key_field="file"
-    )
-    results[ERRORS] | "WriteDeadLetters" >> WriteJsonLines(
-        out.join(staging, out.ERRORS_DIR, "errors"), key_field="key", num_files=4
-    )
-    (
-        results[HASHES]
-        | "FindCopies" >> FindCopies()
-        | "WriteCopies"
-        >> WriteJsonLines(out.join(staging, out.COPIES_DIR, "copies"), key_field="sha256")
-    )
-    (
-        results[HASHES]
-        | "FindNearCopies" >> FindNearCopies(config.near_duplicate_distance)
-        | "WriteNearCopies"
-        >> WriteJsonLines(out.join(staging, out.COPIES_DIR, "near"), key_field="key")
-    )
-    (
-        results[STATS]
-        | "MergeStatistics" >> beam.CombineGlobally(MergeStatisticsFn())
-        | "WriteStatistics"
-        >> WriteJsonLines(out.join(staging, "_reports", "statistics"), key_field="num_images")
-    )
-
-
-def shard_images(
-    config: ShardConfig, options: PipelineOptions, *, choose_local: bool = False
-) -> ShardResult:
+def shard_images(config: ShardConfig, flags: BeamFlags) -> ShardResult:
     """Plan, run the pipeline, replace the output. Raises InputError, ErrorBudgetExceeded
     or JobFailed.
 
-    `choose_local`: on the local runner, pick one thread, a thread per core or a
-    worker process per core by the planned number of images (what
-    `beam_jobs.local_runner` measured fastest), instead of what `options` says.
+    On the local runner with no mode set by a flag (`flags.choose_local`) the job runs on
+    one thread, a thread per core or a worker process per core by the planned number of
+    images (what `beam_jobs.local_runner` measured fastest).
     """
     started = time.monotonic()
-    # Listing, staging and publishing run in this process, outside the pipeline: give
-    # Beam's filesystems the same options (credentials, project) the workers get.
-    FileSystems.set_options(options)
     with _stage("checking the output folder"):
         out.check_output_is_ours(config.output)
     with _stage("planning"):
         planning = time.monotonic()
-        local = options.view_as(StandardOptions).runner == LOCAL_RUNNER
-        plan = build_plan(
-            config, available_cores() if choose_local and local else expected_parallelism(options)
-        )
-        # The local runner's mode, by the planned images; the units, for its workers.
-        _choose_local(options, plan, choose_local)
-        workers = expected_parallelism(options)
-        if workers != plan.parallelism:  # one thread picked: every shard one unit
-            plan = plan.for_parallelism(config, workers)
-        log.info(
-            "planning took %.2f s (listing, labels, splits, shards)", time.monotonic() - planning
-        )
+        plan = build_plan(config, _planned_workers(flags))
+        planned = time.monotonic() - planning
     with _stage("looking up the shard cache"):
         key = cache.fingerprint(config, plan) if config.cache_dir else ""
         found = cache.lookup(config.cache_dir, key) if key and not config.force_reshard else None
     if found:
         with _stage("reusing cached shards"):
             return _reuse(config, found, started)
+    with _stage("planning"):
+        from beam_jobs import pipeline
+
+        options, replacing = flags.options, time.monotonic()
+        if flags.choose_local:
+            pipeline.choose_local(options, plan)
+        workers = pipeline.expected_parallelism(options)
+        if workers != plan.parallelism:  # one thread picked: every shard one unit
+            plan = plan.for_parallelism(config, workers)
+        log.info(
+            "planning took %.2f s (listing, labels, splits, shards)",
+            planned + time.monotonic() - replacing,
+        )
     with _stage("staging"):
         staging, ranges = _stage_plan(config, plan)
     try:
@@ -382,7 +287,7 @@ def shard_images(
             _run_pipeline(config, options, outline, staging, ranges)
         with _stage("writing the output"):
             metadata, problem = _finish_output(
-                config, outline, staging, key, describe_runner(options)
+                config, outline, staging, key, pipeline.describe_runner(options)
             )
     except (JobFailed, KeyboardInterrupt):
         _remove_staging(staging)
@@ -390,6 +295,16 @@ def shard_images(
     if problem:
         raise ErrorBudgetExceeded(problem)
     return ShardResult(config.output, metadata, time.monotonic() - started)
+
+
+def _planned_workers(flags: BeamFlags) -> int:
+    """The workers the plan's units are first sized for: the cores, where the local runner's
+    mode is still to be chosen (it usually takes them all), else what the options say."""
+    if flags.local and flags.choose_local:
+        return available_cores()
+    from beam_jobs.pipeline import expected_parallelism
+
+    return expected_parallelism(flags.options)
 
 
 def _reuse(config: ShardConfig, found: tuple[str, dict], started: float) -> ShardResult:
@@ -445,13 +360,6 @@ def _write_plan(staging: str, plan: Plan) -> list[tuple[int, int]]:
     return ranges
 
 
-def _choose_local(options: PipelineOptions, plan, choose_local: bool) -> None:
-    if choose_local and options.view_as(StandardOptions).runner == LOCAL_RUNNER:
-        mode = choose_local_mode(plan.num_inputs, mean_bytes=plan.mean_bytes)
-        direct = options.view_as(DirectOptions)
-        direct.direct_running_mode, direct.direct_num_workers = mode.running_mode, mode.workers
-
-
 def _run_pipeline(
     config: ShardConfig,
     options: PipelineOptions,
@@ -459,31 +367,9 @@ def _run_pipeline(
     staging: str,
     ranges: list[tuple[int, int]],
 ) -> None:
-    log.info("running the sharding pipeline on %s (staging %s)", describe_runner(options), staging)
-    with beam.Pipeline(options=options) as pipeline:
-        build_pipeline(pipeline, config, _plan_path(staging), staging, plan.shard_counts, ranges)
+    from beam_jobs.pipeline import run_sharding
 
-
-def build_grouping_pipeline(
-    p: beam.Pipeline,
-    config: ShardConfig,
-    plan_path: str,
-    ranges: list[tuple[int, int]],
-    groups: str,
-):
-    """--leak-free-splits' first pass: every planned image's pHash -> groups of copies."""
-    (
-        p
-        | "ReadPlan" >> ReadPlanUnits(plan_path, ranges)
-        | "Items" >> beam.FlatMap(lambda unit: unit[1])
-        | "HashImages"
-        >> beam.ParDo(
-            HashImageFn(config.max_side, config.max_pixels, int(config.max_file_mb * 2**20))
-        )
-        | "Batch" >> beam.BatchElements(min_batch_size=64, max_batch_size=4096)
-        | "FindGroups" >> FindNearCopies(config.near_duplicate_distance, keep_exact=True)
-        | "WriteGroups" >> WriteJsonLines(groups, key_field="key")
-    )
+    run_sharding(options, config, _plan_path(staging), staging, plan.shard_counts, ranges)
 
 
 def _leak_free_plan(
@@ -495,12 +381,10 @@ def _leak_free_plan(
 ) -> tuple[Plan, list[tuple[int, int]]]:
     """Hash every image, group copies, and place each group in one split: the plan again
     with those splits (written over the staged one), and its lines' byte ranges."""
-    log.info("grouping near-copies for --leak-free-splits on %s", describe_runner(options))
+    from beam_jobs.pipeline import run_grouping
+
     groups_dir = out.join(staging, "_groups")
-    with beam.Pipeline(options=options) as pipeline:
-        build_grouping_pipeline(
-            pipeline, config, _plan_path(staging), ranges, out.join(groups_dir, "g")
-        )
+    run_grouping(options, config, _plan_path(staging), ranges, out.join(groups_dir, "g"))
     split_of = {item.key: item.split for item in plan.items if not item.reject}
     overrides = {}
     groups = [g for g in out.read_json_lines(groups_dir, "*") if g["images"]]
@@ -540,6 +424,8 @@ def _finish_output(
         log.warning("%s", warning)
     if warning := untrained_labels_warning(metadata):
         log.warning("%s", warning)
+    from beam_jobs.images import INTERNAL_ERROR  # (numpy, Pillow: imported by the job)
+
     if internal := metadata["errors_by_reason"].get(INTERNAL_ERROR):
         log.warning(
             "%d inputs failed with an unexpected error (internal_error) and were dead-lettered; "
@@ -593,20 +479,20 @@ def run(argv: list[str] | None = None) -> int:
     """The CLI: flags -> a sharded output; returns the exit code (see EXIT_CODES_HELP)."""
     parser = build_parser()
     args, beam_args = parser.parse_known_args(argv)
+    flags = BeamFlags(beam_args)
     try:
         config = config_from_args(args)
-        options = pipeline_options(beam_args)
+        if not flags.local_only:  # a flag Beam does not know is an error before any work
+            _ = flags.options
     except ConfigError as err:
         parser.error(str(err))  # exits 2 with the usage line
-    if options.view_as(StandardOptions).runner == LOCAL_RUNNER:
+    if flags.local:
         # This process owns the runner: cap malloc arenas before it starts its threads
         # and worker processes.
         limit_malloc_arenas()
     with QuietInterrupt() as interrupt, _run_log() as run_log:
         try:
-            result = shard_images(
-                config, options, choose_local=not sets_local_parallelism(beam_args)
-            )
+            result = shard_images(config, flags)
         except InputError as err:
             print(f"error: {err}", file=sys.stderr)
             return exit_codes.BAD_INPUT

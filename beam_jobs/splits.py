@@ -81,3 +81,13 @@ def split_at(point: float, fractions: Mapping[str, float]) -> str:
     if last is None:
         raise ValueError("all split fractions are zero")
     return last  # floating point rounding at the very top of the range
+
+
+def group_splits(group: dict) -> dict[str, str]:
+    """key -> split for every member of a group of copies: the split of its first member
+    in split-hash order, so the choice depends only on the group's own images (nothing
+    for a group of look-alikes, whose members keep their own splits)."""
+    if not group["images"]:
+        return {}
+    first = min(group["images"], key=lambda image: (hash_fraction(image["key"]), image["key"]))
+    return {image["key"]: first["split"] for image in group["images"]}

@@ -236,16 +236,6 @@ class HashImageFn(beam.DoFn):
             yield perceptual_hash.to_int64(image.phash), holder
 
 
-def group_splits(group: dict) -> dict[str, str]:
-    """key -> split for every member of a group of copies: the split of its first member
-    in split-hash order, so the choice depends only on the group's own images (nothing
-    for a group of look-alikes, whose members keep their own splits)."""
-    if not group["images"]:
-        return {}
-    first = min(group["images"], key=lambda image: (hash_fraction(image["key"]), image["key"]))
-    return {image["key"]: first["split"] for image in group["images"]}
-
-
 class ReadPlanLinesFn(beam.DoFn):
     """(start, end) of a line of the plan file -> that unit of work, read where it is
     processed; one open file per bundle (on gs://, a seek is a ranged read)."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import posixpath
 
+from beam_jobs.fs import filesystems
 from shardspec.folder import LOCAL_FILES, CallableFiles, FolderMetadata, check_folder
 from shardspec.layout import METADATA
 from shardspec.tfrecord import CorruptShardError, iter_records
@@ -31,32 +32,27 @@ class ShardValidationError(ValueError):
         self.problems = problems
 
 
-# Beam is imported when a path needs it: a local folder is checked with the standard
-# library, so the DAG's validate_shards task does not import Beam (0.9 s) for it.
-def _filesystems():
-    from apache_beam.io.filesystems import FileSystems
-
-    return FileSystems
-
-
+# Beam is imported when a path needs it (beam_jobs.fs.filesystems): a local folder is
+# checked with the standard library, so the DAG's validate_shards task does not import
+# Beam (0.9 s) for it.
 def _beam_read(path: str) -> bytes:
     """The file's bytes as stored (Beam would otherwise gunzip *.gz on the fly)."""
     from apache_beam.io.filesystem import CompressionTypes
 
-    with _filesystems().open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
+    with filesystems().open(path, compression_type=CompressionTypes.UNCOMPRESSED) as handle:
         return handle.read()
 
 
 def _beam_size(path: str) -> int:
     try:
-        return _filesystems().get_filesystem(path).size(path)
+        return filesystems().get_filesystem(path).size(path)
     except Exception:  # Beam raises BeamIOError or OSError, depending on the filesystem
         raise FileNotFoundError(path) from None
 
 
 # The folder checks of shardspec.folder, through Beam's filesystems (local, gs://, ...).
 BEAM_FILES = CallableFiles(
-    exists=lambda p: _filesystems().exists(p), read_bytes=_beam_read, size=_beam_size
+    exists=lambda p: filesystems().exists(p), read_bytes=_beam_read, size=_beam_size
 )
 
 

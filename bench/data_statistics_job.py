@@ -25,12 +25,12 @@ class _NoNearCopies(beam.PTransform):
 
 def main(argv: list[str]) -> int:
     variant, job_args = argv[0], argv[1:]
-    from beam_jobs import shard_images
+    from beam_jobs import pipeline, shard_images
 
     if variant == "without":
         if not getattr(sys.modules.get("sitecustomize"), "WITHOUT_STATISTICS", False):
             raise SystemExit("without: bench/without_statistics must be on PYTHONPATH")
-        shard_images.FindNearCopies = _NoNearCopies
+        pipeline.FindNearCopies = _NoNearCopies
     elif variant != "with":
         raise SystemExit(f"variant must be with or without, not {variant!r}")
     shard_images.configure_logging()

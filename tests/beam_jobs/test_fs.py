@@ -53,3 +53,24 @@ def test_json_bytes_is_utf8_and_escapes_only_when_a_name_needs_it():
     import json
 
     assert json.loads(raw)["input"] == undecodable  # the same name back
+
+
+@pytest.mark.filterwarnings("ignore:Possible nested set")
+@pytest.mark.parametrize("tail", ["**", "*", "_staging-*/**", "shards*", "a?c/*"])
+def test_local_listing_matches_what_beam_matches(tmp_path, tail):
+    """Local paths are listed without Beam (beam_jobs.fs): the same files as Beam's
+    pattern match, literal `[`, `*` and `?` in the folder's own name included."""
+    from apache_beam.io.filesystems import FileSystems
+
+    root = tmp_path / "out[1]*?"
+    for name in (
+        "shards-0.jsonl", "x", "sub/shards-1", "_staging-ab/_plan/p", "_staging-cd/f",
+        "abc/y", "abc/deep/z", "ac/w", ".hidden/shards-2",
+    ):  # fmt: skip
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text("x")
+    directory = str(root)
+    matched = FileSystems.match([FileSystems.join(fs.escape_glob(directory), tail)])
+    by_beam = sorted(m.path for m in matched[0].metadata_list)
+    assert fs.files_under(directory, tail) == by_beam
+    assert by_beam  # every pattern finds something here

@@ -7,7 +7,7 @@ import pytest
 from apache_beam.options.pipeline_options import DirectOptions, StandardOptions
 
 from beam_jobs.local_runner import LOCAL_RUNNER, LocalMode, choose_local_mode, predicted_seconds
-from beam_jobs.shard_images import pipeline_options
+from beam_jobs.pipeline import pipeline_options
 
 
 def test_tiny_jobs_run_on_one_thread():
