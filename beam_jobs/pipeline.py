@@ -22,7 +22,7 @@ from apache_beam.options.pipeline_options import (
 from beam_jobs import output as out
 from beam_jobs.config import ConfigError, ShardConfig
 from beam_jobs.local_runner import LOCAL_RUNNER, LOCAL_RUNNER_NAMES, choose_local_mode
-from beam_jobs.plan import Plan
+from beam_jobs.plan import Plan, StagedPlan
 from beam_jobs.transforms import (
     ERRORS,
     FRAGMENTS,
@@ -126,12 +126,11 @@ def choose_local(options: PipelineOptions, plan: Plan) -> None:
 def build_pipeline(
     p: beam.Pipeline,
     config: ShardConfig,
-    plan_path: str,
+    staged: StagedPlan,
     staging: str,
     shard_counts: dict[str, int],
-    ranges: list[tuple[int, int]],
 ) -> None:
-    units = p | "ReadPlan" >> ReadPlanUnits(plan_path, ranges)
+    units = p | "ReadPlan" >> ReadPlanUnits(staged)
     results = units | "ReadImages" >> ReadImages(
         staging, config.max_side, config.max_pixels, int(config.max_file_mb * 2**20)
     )
@@ -167,14 +166,13 @@ def build_pipeline(
 def build_grouping_pipeline(
     p: beam.Pipeline,
     config: ShardConfig,
-    plan_path: str,
-    ranges: list[tuple[int, int]],
+    staged: StagedPlan,
     groups: str,
 ):
     """--leak-free-splits' first pass: every planned image's pHash -> groups of copies."""
     (
         p
-        | "ReadPlan" >> ReadPlanUnits(plan_path, ranges)
+        | "ReadPlan" >> ReadPlanUnits(staged)
         | "Items" >> beam.FlatMap(lambda unit: unit[1])
         | "HashImages"
         >> beam.ParDo(
@@ -189,23 +187,18 @@ def build_grouping_pipeline(
 def run_sharding(
     options: PipelineOptions,
     config: ShardConfig,
-    plan_path: str,
+    staged: StagedPlan,
     staging: str,
     shard_counts: dict[str, int],
-    ranges: list[tuple[int, int]],
 ) -> None:
     log.info("running the sharding pipeline on %s (staging %s)", describe_runner(options), staging)
     with beam.Pipeline(options=options) as pipeline:
-        build_pipeline(pipeline, config, plan_path, staging, shard_counts, ranges)
+        build_pipeline(pipeline, config, staged, staging, shard_counts)
 
 
 def run_grouping(
-    options: PipelineOptions,
-    config: ShardConfig,
-    plan_path: str,
-    ranges: list[tuple[int, int]],
-    groups: str,
+    options: PipelineOptions, config: ShardConfig, staged: StagedPlan, groups: str
 ) -> None:
     log.info("grouping near-copies for --leak-free-splits on %s", describe_runner(options))
     with beam.Pipeline(options=options) as pipeline:
-        build_grouping_pipeline(pipeline, config, plan_path, ranges, groups)
+        build_grouping_pipeline(pipeline, config, staged, groups)

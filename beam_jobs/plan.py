@@ -87,6 +87,29 @@ def unit_lines(items: Iterable[WorkItem]) -> Iterator[str]:
         )
 
 
+class StagedPlan(NamedTuple):
+    """The plan as the pipeline reads it: a file of `unit_lines`, and each line's (start,
+    end) byte offsets, as its writer counted them (spread over the workers instead of the
+    lines themselves: transforms.ReadPlanUnits)."""
+
+    path: str
+    ranges: list[tuple[int, int]]
+
+
+def write_plan(path: str, items: Iterable[WorkItem]) -> StagedPlan:
+    """Write the units of `items`, a line each, to `path`."""
+    # Line by line through a buffer, not the whole plan as one string and again as bytes
+    # (two copies of 60 MB at 200,000 images, at the driver's planning peak).
+    ranges, offset = [], 0
+    with fs.create(path) as handle:
+        for line in unit_lines(items):
+            data = f"{line}\n".encode()
+            handle.write(data)
+            ranges.append((offset, offset + len(data)))
+            offset += len(data)
+    return StagedPlan(path, ranges)
+
+
 def parse_unit(line: str) -> tuple[tuple[str, int, int], list[WorkItem]]:
     """A line of `unit_lines` -> ((split, shard, chunk), its WorkItems)."""
     raw = json.loads(line)

@@ -33,7 +33,7 @@ from beam_jobs.config import ConfigError, ShardConfig, add_arguments, config_fro
 from beam_jobs.fs import json_bytes
 from beam_jobs.local_runner import LOCAL_RUNNER_NAMES, available_cores, limit_malloc_arenas
 from beam_jobs.perceptual_hash import MAX_GROUP_SIZE
-from beam_jobs.plan import InputError, Plan, PlanOutline, build_plan, unit_lines
+from beam_jobs.plan import InputError, Plan, PlanOutline, StagedPlan, build_plan, write_plan
 from beam_jobs.splits import group_splits
 from shardspec.layout import CONFIG
 from stageconfig import exit_codes
@@ -274,17 +274,17 @@ def shard_images(config: ShardConfig, flags: BeamFlags) -> ShardResult:
             planned + time.monotonic() - replacing,
         )
     with _stage("staging"):
-        staging, ranges = _stage_plan(config, plan)
+        staging, staged = _stage_plan(config, plan)
     try:
         if config.leak_free_splits:
             with _stage("grouping copies (--leak-free-splits)"):
-                plan, ranges = _leak_free_plan(config, options, plan, staging, ranges)
+                plan, staged = _leak_free_plan(config, options, plan, staging, staged)
         # From here the items are read from the staged plan alone; the driver keeps an
         # outline through the run.
         outline = plan.outline()
         del plan
         with _stage("running the pipeline"):
-            _run_pipeline(config, options, outline, staging, ranges)
+            _run_pipeline(config, options, outline, staging, staged)
         with _stage("writing the output"):
             metadata, problem = _finish_output(
                 config, outline, staging, key, pipeline.describe_runner(options)
@@ -330,9 +330,9 @@ def _reuse(config: ShardConfig, found: tuple[str, dict], started: float) -> Shar
     return result
 
 
-def _stage_plan(config: ShardConfig, plan: Plan) -> tuple[str, list[tuple[int, int]]]:
+def _stage_plan(config: ShardConfig, plan: Plan) -> tuple[str, StagedPlan]:
     """Untrust the output, record the parameters, write the plan; -> the staging folder
-    and the byte range of each line of its plan."""
+    and the plan there."""
     out.invalidate(config.output)
     # The effective parameters beside the output from the start (metadata.json repeats them
     # at the end): a running or killed job says what it was asked to do.
@@ -341,23 +341,8 @@ def _stage_plan(config: ShardConfig, plan: Plan) -> tuple[str, list[tuple[int, i
     return staging, _write_plan(staging, plan)
 
 
-def _plan_path(staging: str) -> str:
-    return out.join(staging, "_plan", "inputs.jsonl")
-
-
-def _write_plan(staging: str, plan: Plan) -> list[tuple[int, int]]:
-    """Write the plan's units, a line each; -> each line's (start, end) byte offsets, which
-    the pipeline spreads instead of the lines (transforms.ReadPlanUnits)."""
-    # Line by line through a buffer, not the whole plan as one string and again as bytes
-    # (two copies of 60 MB at 200,000 images, at the driver's planning peak).
-    ranges, offset = [], 0
-    with out.create(_plan_path(staging)) as handle:
-        for line in unit_lines(plan.items):
-            data = f"{line}\n".encode()
-            handle.write(data)
-            ranges.append((offset, offset + len(data)))
-            offset += len(data)
-    return ranges
+def _write_plan(staging: str, plan: Plan) -> StagedPlan:
+    return write_plan(out.join(staging, "_plan", "inputs.jsonl"), plan.items)
 
 
 def _run_pipeline(
@@ -365,11 +350,11 @@ def _run_pipeline(
     options: PipelineOptions,
     plan: PlanOutline,
     staging: str,
-    ranges: list[tuple[int, int]],
+    staged: StagedPlan,
 ) -> None:
     from beam_jobs.pipeline import run_sharding
 
-    run_sharding(options, config, _plan_path(staging), staging, plan.shard_counts, ranges)
+    run_sharding(options, config, staged, staging, plan.shard_counts)
 
 
 def _leak_free_plan(
@@ -377,14 +362,14 @@ def _leak_free_plan(
     options: PipelineOptions,
     plan: Plan,
     staging: str,
-    ranges: list[tuple[int, int]],
-) -> tuple[Plan, list[tuple[int, int]]]:
+    staged: StagedPlan,
+) -> tuple[Plan, StagedPlan]:
     """Hash every image, group copies, and place each group in one split: the plan again
-    with those splits (written over the staged one), and its lines' byte ranges."""
+    with those splits, also as staged (over the first)."""
     from beam_jobs.pipeline import run_grouping
 
     groups_dir = out.join(staging, "_groups")
-    run_grouping(options, config, _plan_path(staging), ranges, out.join(groups_dir, "g"))
+    run_grouping(options, config, staged, out.join(groups_dir, "g"))
     split_of = {item.key: item.split for item in plan.items if not item.reject}
     overrides = {}
     groups = [g for g in out.read_json_lines(groups_dir, "*") if g["images"]]

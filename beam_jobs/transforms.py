@@ -25,7 +25,7 @@ from apache_beam.metrics import Metrics
 from beam_jobs import fs, perceptual_hash
 from beam_jobs.images import INTERNAL_ERROR, ImageRejected, PreparedImage, prepare_image, step
 from beam_jobs.output import write_bytes
-from beam_jobs.plan import REJECT_DETAILS, WorkItem, parse_unit
+from beam_jobs.plan import REJECT_DETAILS, StagedPlan, WorkItem, parse_unit
 from beam_jobs.splits import hash_fraction
 from shardspec.example import encode_example
 from shardspec.layout import shard_name
@@ -263,26 +263,24 @@ class ReadPlanLinesFn(beam.DoFn):
 
 
 class ReadPlanUnits(beam.PTransform):
-    """The plan file (plan.unit_lines) and each line's (start, end) byte offsets, as its
-    writer counted them -> its units of work, ((split, shard, chunk), items), spread over
-    the workers. What is spread is each line's byte range, and each worker reads its own
-    lines from the file: on the local runner every element between stages lives in the
-    driver, where the lines themselves (300 bytes per image) were its largest buffer at
-    200,000 images. The ranges are part of the pipeline's definition (about 20 bytes a
-    unit: 3 MB for 10 million images in units of 64, under Dataflow's 10 MB job request;
-    a run that large on Dataflow has shards as units, far fewer)."""
+    """The staged plan (plan.write_plan) -> its units of work, ((split, shard, chunk),
+    items), spread over the workers. What is spread is each line's byte range, and each
+    worker reads its own lines from the file: on the local runner every element between
+    stages lives in the driver, where the lines themselves (300 bytes per image) were its
+    largest buffer at 200,000 images. The ranges are part of the pipeline's definition
+    (about 20 bytes a unit: 3 MB for 10 million images in units of 64, under Dataflow's
+    10 MB job request; a run that large on Dataflow has shards as units, far fewer)."""
 
-    def __init__(self, plan_path: str, ranges: list[tuple[int, int]]):
+    def __init__(self, staged: StagedPlan):
         super().__init__()
-        self.plan_path = plan_path
-        self.ranges = ranges
+        self.staged = staged
 
     def expand(self, p):
         return (
             p
-            | "LineRanges" >> beam.Create(self.ranges, reshuffle=False)
+            | "LineRanges" >> beam.Create(self.staged.ranges, reshuffle=False)
             | "Spread" >> beam.Reshuffle()
-            | "ReadUnits" >> beam.ParDo(ReadPlanLinesFn(self.plan_path))
+            | "ReadUnits" >> beam.ParDo(ReadPlanLinesFn(self.staged.path))
         )
 
 

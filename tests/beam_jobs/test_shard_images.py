@@ -372,11 +372,11 @@ def test_the_driver_holds_no_planned_item_while_the_pipeline_runs(
 
     run_pipeline, held = shard_images._run_pipeline, []
 
-    def counting(config, options, plan, staging, ranges):
+    def counting(config, options, plan, staging, staged):
         gc.collect()
         held.append(sum(1 for o in gc.get_objects() if isinstance(o, WorkItem)))
         held.append(plan.num_inputs)
-        return run_pipeline(config, options, plan, staging, ranges)
+        return run_pipeline(config, options, plan, staging, staged)
 
     monkeypatch.setattr(shard_images, "_run_pipeline", counting)
     assert shard_job(sample_images, tmp_path / "out") == 0

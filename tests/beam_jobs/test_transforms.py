@@ -2,7 +2,6 @@ import hashlib
 import io
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 import apache_beam as beam
 import tensorflow as tf
@@ -251,8 +250,7 @@ def test_a_retried_rename_finds_its_shard_in_place(tmp_path):
 def test_the_plan_is_read_by_the_workers_from_byte_ranges(tmp_path):
     """Only each line's (start, end), as the plan's writer counted them, crosses the runner;
     each unit is read back whole from its range."""
-    from beam_jobs.plan import unit_lines
-    from beam_jobs.shard_images import _plan_path, _write_plan
+    from beam_jobs.plan import unit_lines, write_plan
     from beam_jobs.transforms import ReadPlanUnits
 
     items = [
@@ -261,12 +259,11 @@ def test_the_plan_is_read_by_the_workers_from_byte_ranges(tmp_path):
         for label in ("cat", "dog") for n in range(7)
     ]  # fmt: skip
     lines = list(unit_lines(items))
-    ranges = _write_plan(str(tmp_path), SimpleNamespace(items=items))
-    plan = _plan_path(str(tmp_path))
-    data = Path(plan).read_bytes()
-    assert [data[a:b].decode() for a, b in ranges] == [f"{line}\n" for line in lines]
+    staged = write_plan(str(tmp_path / "_plan" / "inputs.jsonl"), items)
+    data = Path(staged.path).read_bytes()
+    assert [data[a:b].decode() for a, b in staged.ranges] == [f"{line}\n" for line in lines]
     with TestPipeline() as p:
-        units = p | ReadPlanUnits(plan, ranges)
+        units = p | ReadPlanUnits(staged)
         assert_that(
             units | beam.MapTuple(lambda unit, members: (unit, sorted(i.key for i in members))),
             equal_to(
