@@ -238,6 +238,27 @@ def test_shards_of_several_fragments_stream_block_by_block_to_the_same_bytes(tmp
         assert reports[0]["num_bytes"] == len(data)
 
 
+def test_a_shards_fragments_are_deleted_once_it_holds_them_and_a_retry_finds_it_whole(
+    tmp_path,
+):
+    """The staging folder never holds a cut shard twice; a retried bundle whose first try
+    wrote the shard and deleted a fragment reports the same shard, and one whose first try
+    died while writing (every fragment still there) writes it again."""
+    from beam_jobs.transforms import _concatenate
+
+    sources = [tmp_path / "f0", tmp_path / "f1"]
+    for n, source in enumerate(sources):
+        source.write_bytes(bytes([n]) * 1000)
+    target = tmp_path / "shard"
+    target.write_bytes(b"half a shard from a try that died")
+    names = [str(source) for source in sources]
+    first = _concatenate(names, str(target), "none")
+    assert target.read_bytes() == b"\0" * 1000 + b"\1" * 1000
+    assert first == (2000, hashlib.sha256(target.read_bytes()).hexdigest())
+    assert not any(source.exists() for source in sources)
+    assert _concatenate(names, str(target), "none") == first  # the retry
+
+
 def test_a_retried_rename_finds_its_shard_in_place(tmp_path):
     from beam_jobs.transforms import _move
 
