@@ -35,7 +35,6 @@ STAGING_PREFIX = "_staging-"
 
 
 join = fs.join
-create = fs.create
 
 
 def new_staging_dir(output: str) -> str:
@@ -81,7 +80,7 @@ def read_json_lines(directory: str, pattern: str) -> list[dict]:
 
 
 def write_bytes(path: str, data: bytes) -> None:
-    with create(path) as handle:
+    with fs.create(path) as handle:
         handle.write(data)
 
 

@@ -10,7 +10,6 @@ import argparse
 import logging
 
 import apache_beam as beam
-from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import (
     DirectOptions,
     FlinkRunnerOptions,
@@ -61,8 +60,7 @@ def _beam_flag_parser() -> argparse.ArgumentParser:
 
 def pipeline_options(beam_args: list[str]) -> PipelineOptions:
     """Validate pass-through flags (a typo is an error, not a silent no-op); a local
-    run gets Beam's FnApiRunner by name (see beam_jobs/local_runner.py). Beam's file
-    systems get the same options (credentials, project) in this process as the workers."""
+    run gets Beam's FnApiRunner by name (see beam_jobs/local_runner.py)."""
     _, unknown = _beam_flag_parser().parse_known_args(beam_args)
     unknown = [arg for arg in unknown if arg.startswith("-")]
     if unknown:
@@ -74,7 +72,6 @@ def pipeline_options(beam_args: list[str]) -> PipelineOptions:
         direct = options.view_as(DirectOptions)
         if (direct.direct_num_workers or 1) > 1 and not _given(beam_args, "--direct_running_mode"):
             direct.direct_running_mode = "multi_processing"  # workers asked for: processes
-    FileSystems.set_options(options)
     return options
 
 

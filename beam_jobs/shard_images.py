@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
 
-from beam_jobs import cache
+from beam_jobs import cache, fs
 from beam_jobs import output as out
 from beam_jobs.config import ConfigError, ShardConfig, add_arguments, config_from_args
 from beam_jobs.fs import json_bytes
@@ -217,10 +217,14 @@ class BeamFlags:
 
     @cached_property
     def options(self) -> PipelineOptions:
-        """Beam's options (a ConfigError for a flag Beam does not know)."""
+        """Beam's options (a ConfigError for a flag Beam does not know), given to Beam's
+        file systems too: listing, staging and publishing in this process use the same
+        options (credentials, project) as the workers."""
         from beam_jobs.pipeline import pipeline_options
 
-        return pipeline_options(self.args)
+        options = pipeline_options(self.args)
+        fs.filesystems().set_options(options)
+        return options
 
     @property
     def local(self) -> bool:
