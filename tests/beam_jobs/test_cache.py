@@ -152,7 +152,8 @@ def test_a_cache_hit_over_local_paths_imports_no_beam(images, tmp_path):
     flags only name the local runner (as the DAG's Beam operator passes them) finds and
     reuses its output without it; a miss, or another Beam flag, still imports it."""
     cache = tmp_path / "cache"
-    flags = ["--runner=DirectRunner", "--labels=airflow-version=v3-1-0"]
+    # As Airflow's Beam operator passes them (providers' beam_options_to_args).
+    flags = ["--runner=DirectRunner", '--labels={"airflow-version": "v3-1-0"}']
     probe = (
         "import sys; from beam_jobs.shard_images import run; code = run(sys.argv[1:]); "
         "print(code, 'apache_beam' in sys.modules)"
