@@ -47,6 +47,11 @@ MS_PER_IMAGE = {  # (at SMALL_KB, per further KB)
 DEFAULT_KB = 57.0  # the mean of the bench's images, when the sizes are not known
 
 
+def given(beam_args: list[str], *flags: str) -> bool:
+    """Whether any of `flags` is among the pass-through Beam flags (`--flag` or `--flag=v`)."""
+    return any(arg.startswith(flags) for arg in beam_args)
+
+
 @dataclass(frozen=True)
 class LocalMode:
     running_mode: str  # "in_memory", "multi_threading" or "multi_processing"

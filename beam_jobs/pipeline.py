@@ -20,7 +20,7 @@ from apache_beam.options.pipeline_options import (
 
 from beam_jobs import output as out
 from beam_jobs.config import ConfigError, ShardConfig
-from beam_jobs.local_runner import LOCAL_RUNNER, LOCAL_RUNNER_NAMES, choose_local_mode
+from beam_jobs.local_runner import LOCAL_RUNNER, LOCAL_RUNNER_NAMES, choose_local_mode, given
 from beam_jobs.plan import Plan, StagedPlan
 from beam_jobs.transforms import (
     ERRORS,
@@ -70,13 +70,9 @@ def pipeline_options(beam_args: list[str]) -> PipelineOptions:
     if standard.runner in LOCAL_RUNNER_NAMES:
         standard.runner = LOCAL_RUNNER
         direct = options.view_as(DirectOptions)
-        if (direct.direct_num_workers or 1) > 1 and not _given(beam_args, "--direct_running_mode"):
+        if (direct.direct_num_workers or 1) > 1 and not given(beam_args, "--direct_running_mode"):
             direct.direct_running_mode = "multi_processing"  # workers asked for: processes
     return options
-
-
-def _given(beam_args: list[str], *flags: str) -> bool:
-    return any(arg.startswith(flags) for arg in beam_args)
 
 
 def is_local(options: PipelineOptions) -> bool:

@@ -31,7 +31,12 @@ from beam_jobs import cache, fs
 from beam_jobs import output as out
 from beam_jobs.config import ConfigError, ShardConfig, add_arguments, config_from_args
 from beam_jobs.fs import json_bytes
-from beam_jobs.local_runner import LOCAL_RUNNER_NAMES, available_cores, limit_malloc_arenas
+from beam_jobs.local_runner import (
+    LOCAL_RUNNER_NAMES,
+    available_cores,
+    given,
+    limit_malloc_arenas,
+)
 from beam_jobs.perceptual_hash import MAX_GROUP_SIZE
 from beam_jobs.plan import InputError, Plan, PlanOutline, StagedPlan, build_plan, write_plan
 from beam_jobs.splits import group_splits
@@ -238,9 +243,7 @@ class BeamFlags:
     @property
     def choose_local(self) -> bool:
         """Whether the local runner's mode is chosen by the input (not set by a flag)."""
-        return not any(
-            arg.startswith(("--direct_running_mode", "--direct_num_workers")) for arg in self.args
-        )
+        return not given(self.args, "--direct_running_mode", "--direct_num_workers")
 
 
 def shard_images(config: ShardConfig, flags: BeamFlags) -> ShardResult:
