@@ -12,6 +12,7 @@ says what became of its work in one line (`say`).
 from __future__ import annotations
 
 import os
+import select
 import signal
 import sys
 import threading
@@ -24,6 +25,7 @@ class QuietInterrupt:
 
     def __enter__(self) -> QuietInterrupt:
         self.interrupted = threading.Event()
+        self._quiet = threading.Event()  # set with the signal, before `interrupted`
         self._previous = None
         self._terminal = 2
         if threading.current_thread() is not threading.main_thread():
@@ -33,20 +35,40 @@ class QuietInterrupt:
         read_end, write_end = os.pipe()
         os.dup2(write_end, 2)  # inherited by the worker processes started from now on
         os.close(write_end)
-        self._relay = threading.Thread(target=self._forward, args=(read_end,), daemon=True)
+        # Python runs a signal handler in the main thread between two bytecodes, which can
+        # be long after the signal while the main thread waits in C; meanwhile a dying
+        # worker's traceback reached the terminal. The wakeup fd is written the moment the
+        # signal arrives: the relay stops on that.
+        wake_read, wake_write = os.pipe()
+        os.set_blocking(wake_write, False)
+        self._wake = (wake_read, wake_write)
+        self._previous_wakeup = signal.set_wakeup_fd(wake_write, warn_on_full_buffer=False)
+        self._relay = threading.Thread(
+            target=self._forward, args=(read_end, wake_read), daemon=True
+        )
         self._relay.start()
         self._previous = signal.signal(signal.SIGINT, self._on_interrupt)
         return self
 
-    def _forward(self, read_end: int) -> None:
-        with os.fdopen(read_end, "rb", buffering=0) as pipe:
-            while chunk := pipe.read(65536):
-                if not self.interrupted.is_set():
-                    os.write(self._terminal, chunk)
+    def _forward(self, read_end: int, wake_read: int) -> None:
+        try:
+            while True:
+                ready, _, _ = select.select([wake_read, read_end], [], [])
+                if wake_read in ready and signal.SIGINT in os.read(wake_read, 512):
+                    self._quiet.set()
+                if read_end in ready:
+                    chunk = os.read(read_end, 65536)
+                    if not chunk:
+                        return
+                    if not self._quiet.is_set():
+                        os.write(self._terminal, chunk)
+        finally:
+            os.close(read_end)
 
     def _on_interrupt(self, _signum, _frame) -> None:
         if self.interrupted.is_set():
             return
+        self._quiet.set()
         self.interrupted.set()
         raise KeyboardInterrupt
 
@@ -57,10 +79,12 @@ class QuietInterrupt:
         if self._previous is None:
             return
         signal.signal(signal.SIGINT, self._previous)
+        signal.set_wakeup_fd(self._previous_wakeup)
         if self.interrupted.is_set():
             return  # stderr stays the dropping relay: threads and workers may still be dying
         sys.stderr.flush()
         os.dup2(self._terminal, 2)  # closes this process's end of the pipe: the relay ends
         self._relay.join(timeout=2)  # when no worker process holds it either
         if not self._relay.is_alive():
-            os.close(self._terminal)
+            for fd in (self._terminal, *self._wake):
+                os.close(fd)
