@@ -20,15 +20,14 @@ from apache_beam.options.pipeline_options import (
 
 from beam_jobs import output as out
 from beam_jobs.config import ConfigError, ShardConfig
-from beam_jobs.local_runner import LOCAL_RUNNER, LOCAL_RUNNER_NAMES, choose_local_mode, given
-from beam_jobs.plan import Plan, StagedPlan
+from beam_jobs.copies import FindCopies, FindNearCopies, StageHashLists
+from beam_jobs.local_runner import LOCAL_RUNNER, LOCAL_RUNNER_NAMES, LocalMode, given
+from beam_jobs.plan import StagedPlan
 from beam_jobs.transforms import (
     ERRORS,
     FRAGMENTS,
     HASHES,
     STATS,
-    FindCopies,
-    FindNearCopies,
     HashImageFn,
     MergeStatisticsFn,
     ReadImages,
@@ -107,13 +106,10 @@ def expected_parallelism(options: PipelineOptions) -> int:
     )
 
 
-def choose_local(options: PipelineOptions, plan: Plan) -> None:
-    """On the local runner: one thread, a thread per core or a worker process per core
-    by the planned images (what `beam_jobs.local_runner` measured fastest)."""
-    if is_local(options):
-        mode = choose_local_mode(plan.num_inputs, mean_bytes=plan.mean_bytes)
-        direct = options.view_as(DirectOptions)
-        direct.direct_running_mode, direct.direct_num_workers = mode.running_mode, mode.workers
+def use_local_mode(options: PipelineOptions, mode: LocalMode) -> None:
+    """Run on the local runner in `mode` (what `beam_jobs.local_runner` picked)."""
+    direct = options.view_as(DirectOptions)
+    direct.direct_running_mode, direct.direct_num_workers = mode.running_mode, mode.workers
 
 
 def build_pipeline(
@@ -160,6 +156,7 @@ def build_grouping_pipeline(
     p: beam.Pipeline,
     config: ShardConfig,
     staged: StagedPlan,
+    staging: str,
     groups: str,
 ):
     """--leak-free-splits' first pass: every planned image's pHash -> groups of copies."""
@@ -172,6 +169,7 @@ def build_grouping_pipeline(
             HashImageFn(config.max_side, config.max_pixels, int(config.max_file_mb * 2**20))
         )
         | "Batch" >> beam.BatchElements(min_batch_size=64, max_batch_size=4096)
+        | "StageHashLists" >> StageHashLists(staging)
         | "FindGroups" >> FindNearCopies(config.near_duplicate_distance, keep_exact=True)
         | "WriteGroups" >> WriteJsonLines(groups, key_field="key")
     )
@@ -190,8 +188,8 @@ def run_sharding(
 
 
 def run_grouping(
-    options: PipelineOptions, config: ShardConfig, staged: StagedPlan, groups: str
+    options: PipelineOptions, config: ShardConfig, staged: StagedPlan, staging: str, groups: str
 ) -> None:
     log.info("grouping near-copies for --leak-free-splits on %s", describe_runner(options))
     with beam.Pipeline(options=options) as pipeline:
-        build_grouping_pipeline(pipeline, config, staged, groups)
+        build_grouping_pipeline(pipeline, config, staged, staging, groups)

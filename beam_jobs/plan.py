@@ -18,6 +18,7 @@ import logging
 import math
 import os
 import posixpath
+import sys
 import unicodedata
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Mapping
@@ -201,7 +202,7 @@ def list_folder(root: str) -> tuple[list[WorkItem], dict[str, int]]:
         if not relative or _is_hidden(relative):
             continue  # dot-files, _SUCCESS-style markers, editor droppings
         folder, inside, _ = relative.partition("/")
-        label = folder if inside else ""
+        label = sys.intern(folder) if inside else ""  # one string a label, not an image
         reject = entry.problem or ("" if label else "no_label_dir")
         items.append(
             WorkItem(

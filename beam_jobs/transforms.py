@@ -14,15 +14,15 @@ import json
 import logging
 import threading
 import zlib
-from collections import Counter, defaultdict
+from collections import Counter
 
 import apache_beam as beam
-import numpy as np
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.metrics import Metrics
 
 from beam_jobs import fs, perceptual_hash
+from beam_jobs.copies import stage_hash_list
 from beam_jobs.images import INTERNAL_ERROR, ImageRejected, PreparedImage, prepare_image, step
 from beam_jobs.output import write_bytes
 from beam_jobs.plan import REJECT_DETAILS, StagedPlan, WorkItem, parse_unit
@@ -36,10 +36,10 @@ from stageconfig import text_name
 DEFAULT_MAX_BYTES = 256 << 20
 FRAGMENTS = "fragments"
 ERRORS = "errors"
-# (sha256 of the stored bytes, (key, label, split)) of every stored image, to find copies.
 # One ImageStatistics partial per chunk (a few hundred bytes), merged by MergeStatistics.
 STATS = "stats"
-# A chunk's [(pHash as int64, (key, label, split, sha256))] of its stored images.
+# A chunk's hash list (beam_jobs.copies): its stored images' pHashes and sha256 digests,
+# their holders in a file beside the fragments. What FindCopies and FindNearCopies read.
 HASHES = "hashes"
 # Inside the staging folder; names starting with "_" are never published.
 FRAGMENTS_DIR = "_fragments"
@@ -184,10 +184,6 @@ class ReadChunkFn(beam.DoFn):
         finally:
             if fragment:
                 fragment.close()
-        if stats.num_images:
-            yield beam.pvalue.TaggedOutput(STATS, stats.to_json())
-            # One element a chunk, not an image: what FindCopies and FindNearCopies read.
-            yield beam.pvalue.TaggedOutput(HASHES, hashes)
         if fragment:
             yield {
                 "split": split,
@@ -198,6 +194,14 @@ class ReadChunkFn(beam.DoFn):
                 "sha256": fragment.digest.hexdigest(),
                 "per_label": dict(per_label),
             }
+        if stats.num_images:
+            yield beam.pvalue.TaggedOutput(STATS, stats.to_json())
+            # One element a chunk, not an image, and numbers only: the holders stay in a
+            # file, written after the chunk's other outputs. Written before them, a run
+            # interrupted on worker threads made its deleted staging folder again in 1 of 3
+            # runs of tests/beam_jobs/test_interrupt.py (0 of 5 after).
+            name = f"{split}-{shard:05d}-{chunk:05d}"
+            yield beam.pvalue.TaggedOutput(HASHES, stage_hash_list(self.directory, name, hashes))
 
 
 class _FragmentWriter:
@@ -299,8 +303,7 @@ class GroupIntoUnits(beam.PTransform):
 class ReadImages(beam.PTransform):
     """Units of work ((split, shard, chunk), WorkItems) -> tagged outputs `fragments`
     (reports of fragment files), `errors`, `stats` (per-chunk statistics) and `hashes`
-    (per chunk, each stored image's pHash with its key, label, split and the sha256 of its
-    bytes)."""
+    (per chunk, a hash list: beam_jobs.copies)."""
 
     def __init__(
         self, directory: str, max_side: int, max_pixels: int, max_bytes: int = DEFAULT_MAX_BYTES
@@ -430,53 +433,6 @@ class WriteShards(beam.PTransform):
         )
 
 
-class FindCopies(beam.PTransform):
-    """ReadImages' `hashes` (a chunk's stored images as one list of (pHash, (key, label,
-    split, sha256)) each) -> one row per content stored more than once: its sha256 and
-    every (key, label, split) holding it, sorted.
-
-    Copies are kept (they are the user's data) but reported: the same image under two
-    labels is a labelling conflict, and in two splits it is a test image the model trained
-    on, which inflates every score measured on that split. Splits are assigned by path,
-    so a copy at another path lands in any split.
-
-    Contents are grouped in 16 buckets by the first hex digit of their sha256, each chunk
-    sending one list per bucket: a shuffle of one element per image cost the job more (in
-    its CPU and, on the local runner, in the driver's memory) than finding the copies.
-    """
-
-    def expand(self, hash_lists):
-        def by_bucket(hashes):
-            buckets: dict[str, list] = defaultdict(list)
-            for _, (key, label, split, sha256) in hashes:
-                buckets[sha256[0]].append((sha256, key, label, split))
-            yield from buckets.items()
-
-        def copies(element):
-            _, lists = element
-            holders: dict[str, list] = defaultdict(list)
-            for rows in lists:
-                for sha256, key, label, split in rows:
-                    holders[sha256].append((key, label, split))
-            for sha256, members in holders.items():
-                if len(members) > 1:
-                    yield {
-                        "kind": "exact",
-                        "sha256": sha256,
-                        "images": [
-                            {"key": key, "label": label, "split": split}
-                            for key, label, split in sorted(members)
-                        ],
-                    }
-
-        return (
-            hash_lists
-            | "ByBucket" >> beam.FlatMap(by_bucket)
-            | "GroupByBucket" >> beam.GroupByKey()
-            | "KeepCopies" >> beam.FlatMap(copies)
-        )
-
-
 class MergeStatisticsFn(beam.CombineFn):
     """Per-chunk ImageStatistics partials (as JSON dicts) -> one, for the whole job."""
 
@@ -494,171 +450,6 @@ class MergeStatisticsFn(beam.CombineFn):
 
     def extract_output(self, accumulator):
         return accumulator.to_json()
-
-
-# Keys a row of look-alikes names (the first, in key order).
-EXAMPLES = 10
-
-
-class FindNearCopies(beam.PTransform):
-    """Lists of (pHash as int64, (key, label, split, sha256)) -> one row per group of images whose
-    pHashes are within `max_distance` of each other (transitively), when the group holds
-    two or more different contents (groups of one content are FindCopies' rows).
-
-    No pair of all images is compared: each hash goes to `max_distance + 1` buckets, one
-    per band of its bits (perceptual_hash.bands), and only hashes sharing a bucket are
-    compared. A close pair is emitted once, from the first band the two agree on; images
-    with the same hash are chained in their first band's bucket, so a bucket of ten
-    thousand blank images gives ten thousand edges, not fifty million. Hashes travel as
-    one list per chunk and band (a few per chunk, not `max_distance + 1` per image): the
-    per-element cost of a Beam shuffle would otherwise exceed the hashing. Each band is
-    bucketed in one place; the edges (one per near-copy, few) become groups in one place,
-    as integers; each list's holders then meet the members wanted from it by name
-    (CoGroupByKey), not as a side input of every holder, which the one worker joining
-    would hold whole (120 bytes an image: 1.2 GB at 10 million images).
-    """
-
-    def __init__(self, max_distance: int, *, keep_exact: bool = False):
-        super().__init__()
-        self.max_distance = max_distance
-        self.keep_exact = keep_exact  # groups of one content too (--leak-free-splits)
-
-    def expand(self, hash_lists):
-        max_distance, keep_exact = self.max_distance, self.keep_exact
-
-        def pack(hashes):
-            # One packed element per list (a chunk's): the hashes as int64 bytes (Beam's
-            # integer coder stops at 2**63) and their holders as one JSON blob, named by
-            # the list's first key, so the shuffle and its state cache see a few objects a
-            # chunk, not five an image.
-            if hashes:
-                values = np.array([v for v, _ in hashes], dtype=np.int64).tobytes()
-                yield hashes[0][1][0], values, json.dumps([h for _, h in hashes]).encode()
-
-        def by_band(packed):
-            name, values, _ = packed
-            for index in range(max_distance + 1):
-                yield index, (name, values)
-
-        def edges(element):
-            band_index, packs = element
-            packs = list(packs)
-            values = np.concatenate([np.frombuffer(v, dtype=np.int64) for _, v in packs]).view(
-                np.uint64
-            )
-            i, j = perceptual_hash.band_edges(values, band_index, max_distance)
-            # The images on an edge as (list, position), and the edges as indices into
-            # them: a dense set of look-alikes gives hundreds of thousands of edges, so
-            # they travel as one bytes object a band; holders are looked up once, at the end.
-            members, pairs = np.unique(np.concatenate([i, j]), return_inverse=True)
-            ends = np.cumsum([len(v) // 8 for _, v in packs])
-            pack_of = np.searchsorted(ends, members, side="right")
-            starts = np.r_[0, ends[:-1]]
-            # Each member as (list, position) in int32 arrays, the lists named once: at
-            # 200,000 look-alike images a name per member made each band's element 7 MB,
-            # and on the local runner the driver buffers every band's at once.
-            used, pack_index = np.unique(pack_of, return_inverse=True)
-            yield (
-                json.dumps([packs[p][0] for p in used.tolist()]).encode(),
-                np.stack([pack_index, members - starts[pack_of]]).astype(np.int32).tobytes(),
-                pairs.astype(np.int32).tobytes(),
-            )
-
-        def components(per_band):
-            # Every band's edges -> the groups, as (list name, [(group, position), ...]) for
-            # each list holding a member: only integers meet in this one place.
-            ids: dict[tuple[str, int], int] = {}
-            members, firsts, seconds = [], [], []
-            for names_blob, members_blob, pairs_blob in per_band:
-                names = json.loads(names_blob)
-                where = np.frombuffer(members_blob, dtype=np.int32).reshape(2, -1)
-                index = np.empty(where.shape[1], dtype=np.int64)
-                for n, (p, at) in enumerate(where.T.tolist()):
-                    member = (names[p], at)
-                    if member not in ids:
-                        ids[member] = len(members)
-                        members.append(member)
-                    index[n] = ids[member]
-                pairs = np.frombuffer(pairs_blob, dtype=np.int32).reshape(2, -1)
-                firsts.append(index[pairs[0]])
-                seconds.append(index[pairs[1]])
-            if not members:
-                return
-            labels = perceptual_hash.components(
-                len(members), np.concatenate(firsts), np.concatenate(seconds)
-            )
-            alike = (np.bincount(labels) > perceptual_hash.MAX_GROUP_SIZE)[labels].tolist()
-            wanted: dict[str, list] = defaultdict(list)
-            for (name, at), group, large in zip(members, labels.tolist(), alike, strict=True):
-                wanted[name].append((group, at, large))
-            yield from wanted.items()
-
-        def holders_wanted(element):
-            # One list's holders, decoded once, for the members the groups want from it:
-            # one element per group and list, not per image (a shuffle's cost is per
-            # element), as (members here, their holders). A group of look-alikes is
-            # reported by its count and first keys: it takes this list's first few only.
-            _, joined = element
-            wanted = [pair for pairs in joined["wanted"] for pair in pairs]
-            if not wanted:
-                return
-            (blob,) = joined["holders"]  # a list's name is its first key: unique
-            holders = json.loads(blob)
-            by_group: dict[int, list] = defaultdict(list)
-            for group, at, _ in wanted:
-                by_group[group].append(tuple(holders[at]))
-            large = {group for group, _, alike in wanted if alike}
-            for group, members in by_group.items():
-                kept = sorted(members)[:EXAMPLES] if group in large else members
-                yield group, (len(members), kept)
-
-        def group_row(element):
-            _, parts = element
-            parts = list(parts)
-            members = sorted(holder for _, kept in parts for holder in kept)
-            keys = [key for key, *_ in members]
-            count = sum(count for count, _ in parts)
-            if count > perceptual_hash.MAX_GROUP_SIZE:
-                yield {  # look-alikes: a count and a few names, not a group of copies
-                    "kind": "alike",
-                    "key": keys[0],
-                    "max_distance": max_distance,
-                    "num_images": count,
-                    "examples": keys[:EXAMPLES],
-                    "images": [],
-                }
-            # A group of one content (the same bytes) is FindCopies' row, not a near one.
-            elif len({sha for *_, sha in members}) > 1 or keep_exact:
-                yield {
-                    "kind": "near",
-                    "key": keys[0],
-                    "max_distance": max_distance,
-                    "images": [
-                        {"key": key, "label": label, "split": split, "sha256": sha}
-                        for key, label, split, sha in members
-                    ],
-                }
-
-        packed = hash_lists | "Pack" >> beam.FlatMap(pack)
-        wanted = (
-            packed
-            | "ByBand" >> beam.FlatMap(by_band)
-            | "GroupByBand" >> beam.GroupByKey()
-            | "ClosePairs" >> beam.FlatMap(edges)
-            # Without a default: no edges, no element (rather than an empty list injected
-            # through a side input).
-            | "AllBands"
-            >> beam.CombineGlobally(beam.combiners.ToListCombineFn()).without_defaults()
-            | "Components" >> beam.FlatMap(components)
-        )
-        holders = packed | "Holders" >> beam.Map(lambda p: (p[0], p[2]))
-        return (
-            {"holders": holders, "wanted": wanted}
-            | "JoinHolders" >> beam.CoGroupByKey()
-            | "HoldersWanted" >> beam.FlatMap(holders_wanted)
-            | "ByGroup" >> beam.GroupByKey()
-            | "Rows" >> beam.FlatMap(group_row)
-        )
 
 
 class WriteJsonLines(beam.PTransform):

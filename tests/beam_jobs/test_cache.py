@@ -175,3 +175,27 @@ def test_a_cache_hit_over_local_paths_imports_no_beam(images, tmp_path):
         tmp_path / "run1"
     )
     assert beam_imported(tmp_path / "run3", "--direct_num_workers=1")  # parsed by Beam
+
+
+def test_a_miss_imports_beam_once_the_planned_items_are_gone(images, tmp_path):
+    """The driver's peak memory (issue #28): at 200,000 images the planned items are
+    150 MB and Beam's import another 60; the pipeline reads the staged plan, so the driver
+    drops the plan before it imports Beam, and never holds both."""
+    probe = (
+        "import gc, sys\n"
+        "from beam_jobs.plan import Plan\n"
+        "from beam_jobs.shard_images import run\n"
+        "plans = []\n"
+        "class Watch:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'apache_beam' and not plans:\n"
+        "            plans.append(sum(isinstance(o, Plan) for o in gc.get_objects()))\n"
+        "sys.meta_path.insert(0, Watch())\n"
+        "code = run(sys.argv[1:])\n"
+        "print(code, plans)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, "--input", str(images), "--output", str(tmp_path / "o")],
+        capture_output=True, text=True, cwd=REPO, check=True,
+    )  # fmt: skip
+    assert done.stdout.split("\n")[-2] == "0 [0]", done.stdout[-2000:] + done.stderr[-2000:]

@@ -15,11 +15,11 @@ from apache_beam.testing.util import assert_that, equal_to
 from PIL import Image
 
 from beam_jobs import perceptual_hash as ph
+from beam_jobs.copies import FindNearCopies, StageHashLists
 from beam_jobs.plan import WorkItem
 from beam_jobs.transforms import (
     HASHES,
     STATS,
-    FindNearCopies,
     GroupIntoUnits,
     MergeStatisticsFn,
     ReadImages,
@@ -80,16 +80,16 @@ def test_near_copies_are_grouped_and_unrelated_images_are_not(tmp_path):
         assert_that(keys, equal_to([("near", expected)]))
 
 
-def test_a_bucket_of_identical_hashes_is_chained_not_paired():
+def test_a_bucket_of_identical_hashes_is_chained_not_paired(tmp_path):
     """Two thousand blank images share one hash: one component from n-1 edges, reported
     as look-alikes (a count and the first keys), not as two thousand copies of each other.
     Each list sends its first few keys of such a group, not its members: the first keys
     of the whole group, spread over three lists here, are still the ones named."""
     sha = iter(range(10**6))
-    hashes = [(7, (f"k{i:05d}", "a", "train", f"{next(sha)}")) for i in range(2000)]
+    hashes = [(7, (f"k{i:05d}", "a", "train", f"{next(sha):064x}")) for i in range(2000)]
     lists = [hashes[n::3] for n in range(3)]
     with TestPipeline() as p:
-        groups = p | beam.Create(lists) | FindNearCopies(6)
+        groups = p | beam.Create(lists) | StageHashLists(str(tmp_path)) | FindNearCopies(6)
         rows = groups | beam.Map(lambda g: (g["kind"], g["num_images"], g["examples"]))
         assert_that(rows, equal_to([("alike", 2000, [f"k{i:05d}" for i in range(10)])]))
 
@@ -100,8 +100,8 @@ def test_groups_meet_their_holders_by_name_not_through_a_side_input():
     from apache_beam.pipeline import PipelineVisitor
 
     p = beam.Pipeline()
-    copies = [(7, ("k0", "a", "train", "s0")), (7, ("k1", "a", "test", "s1"))]
-    _ = p | beam.Create([copies]) | FindNearCopies(6)
+    copies = [(7, ("k0", "a", "train", "0" * 64)), (7, ("k1", "a", "test", "1" * 64))]
+    _ = p | beam.Create([copies]) | StageHashLists("unused") | FindNearCopies(6)
     side_inputs = []
 
     class Collect(PipelineVisitor):
@@ -112,16 +112,16 @@ def test_groups_meet_their_holders_by_name_not_through_a_side_input():
     assert side_inputs == []
 
 
-def test_small_groups_are_copies_and_large_ones_look_alikes():
-    close = [(0b1 << i, (f"c{i:03d}", "a", "train", f"s{i}")) for i in range(3)]  # 2 bits apart
+def test_small_groups_are_copies_and_large_ones_look_alikes(tmp_path):
+    close = [(0b1 << i, (f"c{i:03d}", "a", "train", f"{i:064x}")) for i in range(3)]  # 2 bits apart
     far = 0xFFFF_0000_FFFF_0000
     alike = [
-        (far ^ (1 << (i % 64)), (f"z{i:03d}", "b", "test", f"t{i}"))
+        (far ^ (1 << (i % 64)), (f"z{i:03d}", "b", "test", f"{1000 + i:064x}"))
         for i in range(ph.MAX_GROUP_SIZE + 1)
     ]
     with TestPipeline() as p:
         signed = [(ph.to_int64(value), holder) for value, holder in close + alike]
-        groups = p | beam.Create([signed]) | FindNearCopies(2)
+        groups = p | beam.Create([signed]) | StageHashLists(str(tmp_path)) | FindNearCopies(2)
         rows = groups | beam.Map(lambda g: (g["kind"], len(g["images"]) or g["num_images"]))
         assert_that(rows, equal_to([("near", 3), ("alike", ph.MAX_GROUP_SIZE + 1)]))
 

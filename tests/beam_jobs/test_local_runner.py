@@ -127,3 +127,41 @@ def test_the_runner_process_and_its_workers_use_two_malloc_arenas():
     assert default > 2 and said == "False None"
     limited, said = _arenas("limit")
     assert limited <= 2 and said == "True 2"
+
+
+_LARGE_BLOCKS = """
+import sys, psutil
+from beam_jobs.local_runner import return_large_blocks
+fixed = return_large_blocks() if sys.argv[1] == "fixed" else False
+rss = lambda: psutil.Process().memory_info().rss >> 20
+freed = bytearray(4 << 20)
+del freed  # a freed mapped block: glibc's dynamic threshold rises above the next ones
+before = rss()
+stage, kept = [], []
+for _ in range(200):
+    stage.append(bytearray(512 << 10))  # a stage's buffers, 100 MB
+    kept.append(bytearray(600))  # what outlives the stage, between them on the heap
+del stage
+print(fixed, rss() - before)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mmap threshold")
+def test_the_runner_process_gives_a_stages_large_buffers_back():
+    """Once glibc has freed one mapped block its threshold rises, the next large buffers
+    come from the heap, and small blocks left between them keep the heap's size: the
+    driver held its largest stage's buffers to the end. A fixed threshold maps them."""
+    env = {k: v for k, v in os.environ.items() if k != "MALLOC_MMAP_THRESHOLD_"}
+
+    def kept_mb(mode):
+        done = subprocess.run(
+            [sys.executable, "-c", _LARGE_BLOCKS, mode],
+            capture_output=True, text=True, env=env, check=True,
+        )  # fmt: skip
+        fixed, kept = done.stdout.split()
+        return fixed, int(kept)
+
+    fixed, kept = kept_mb("default")
+    assert fixed == "False" and kept > 80
+    fixed, kept = kept_mb("fixed")
+    assert fixed == "True" and kept < 10

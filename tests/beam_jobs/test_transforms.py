@@ -9,12 +9,12 @@ from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 from PIL import Image
 
+from beam_jobs.copies import FindCopies, StageHashLists, read_holders
 from beam_jobs.plan import WorkItem
 from beam_jobs.transforms import (
     ERRORS,
     FRAGMENTS,
     HASHES,
-    FindCopies,
     GroupIntoUnits,
     ReadImages,
     WriteShards,
@@ -122,6 +122,50 @@ def test_copies_are_found_by_content_whatever_their_names(tmp_path):
                 ]
             ),
         )
+
+
+def test_hash_lists_carry_numbers_and_leave_the_holders_in_a_file(tmp_path):
+    """On the local runner every element between stages is held in the driver's memory:
+    a chunk's hash list carries 40 bytes an image (its pHash and sha256), and who holds
+    each image (key, label, split) stays in a file that only the copies' rows read."""
+    items = []
+    for i in range(12):
+        path = tmp_path / f"{i}.jpg"
+        _jpeg(path, size=(20 + i, 10))
+        items.append(_item(path, f"cat/a-rather-long-name-{i:02d}.jpg"))
+    with TestPipeline() as p:
+        results = p | beam.Create(items) | GroupIntoUnits() | ReadImages(str(tmp_path), 0, 10**6)
+
+        def check(lists):
+            ((path, values, digests),) = lists
+            assert (len(values), len(digests)) == (8 * 12, 32 * 12)
+            holders = read_holders(path)
+            assert [h[0] for h in holders] == sorted(item.key for item in items)
+            assert b"".join(bytes.fromhex(h[3]) for h in holders) == digests
+
+        assert_that(results[HASHES], check)
+
+
+def test_copies_are_found_across_lists_and_buckets(tmp_path):
+    def holder(key, content):
+        return (0, (key, "a", "train", hashlib.sha256(content).hexdigest()))
+
+    contents = [bytes([n]) for n in range(40)]  # digests in every bucket
+    lists = [
+        [holder(f"one/{n:02d}", c) for n, c in enumerate(contents)],
+        [holder(f"two/{n:02d}", c) for n, c in enumerate(contents[::2])],
+        [holder("three/a", contents[7]), holder("three/b", contents[7])],
+    ]
+    with TestPipeline() as p:
+        copies = p | beam.Create(lists) | StageHashLists(str(tmp_path)) | FindCopies()
+        rows = copies | beam.Map(lambda row: (row["sha256"], [i["key"] for i in row["images"]]))
+        expected = [
+            (hashlib.sha256(c).hexdigest(), [f"one/{n:02d}", f"two/{n // 2:02d}"])
+            for n, c in enumerate(contents)
+            if n % 2 == 0
+        ]
+        expected.append((hashlib.sha256(contents[7]).hexdigest(), ["one/07", "three/a", "three/b"]))
+        assert_that(rows, equal_to(expected))
 
 
 def test_read_record_builds_the_shared_example(tmp_path):
