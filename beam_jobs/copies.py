@@ -66,6 +66,14 @@ class StageHashLists(beam.PTransform):
         return lists | "Stage" >> beam.FlatMap(stage)
 
 
+def _locate(lengths: list[int], indices):
+    """Indices into the concatenation of lists of `lengths` -> (which list, position in
+    it), as two arrays."""
+    ends = np.cumsum(lengths)
+    which = np.searchsorted(ends, indices, side="right")
+    return which, indices - (ends - lengths)[which]
+
+
 def _holders_of(element):
     """(holders file, [(group, position), ...]) -> (group, holder) for each: the file read
     once, where the group's members are wanted."""
@@ -108,14 +116,13 @@ class FindCopies(beam.PTransform):
             copied = np.flatnonzero(counts[inverse.ravel()] > 1)
             if not len(copied):
                 return
-            ends = np.cumsum([len(d) // DIGEST_BYTES for _, _, d in parts])
-            part_of = np.searchsorted(ends, copied, side="right")
-            starts = np.r_[0, ends[:-1]]
+            part_of, _ = _locate([len(d) // DIGEST_BYTES for _, _, d in parts], copied)
+            positions = np.concatenate([np.frombuffer(p, dtype=np.int32) for _, p, _ in parts])
             wanted: dict[str, list] = defaultdict(list)
-            for n, p in zip(copied.tolist(), part_of.tolist(), strict=True):
-                path, positions, _ = parts[p]
-                at = int(np.frombuffer(positions, dtype=np.int32)[n - starts[p]])
-                wanted[path].append((rows[n].tobytes().hex(), at))
+            for n, p, at in zip(
+                copied.tolist(), part_of.tolist(), positions[copied].tolist(), strict=True
+            ):
+                wanted[parts[p][0]].append((rows[n].tobytes().hex(), at))
             yield from wanted.items()
 
         def row(element):
@@ -189,16 +196,14 @@ class FindNearCopies(beam.PTransform):
             roots = perceptual_hash.components(len(members), pairs[0], pairs[1])
             child = np.flatnonzero(roots != np.arange(len(members)))
             pairs = np.stack([child, roots[child]])
-            ends = np.cumsum([len(v) // 8 for _, v in lists])
-            list_of = np.searchsorted(ends, members, side="right")
-            starts = np.r_[0, ends[:-1]]
+            list_of, position = _locate([len(v) // 8 for _, v in lists], members)
             # Each member as (list, position) in int32 arrays, the lists named once: at
             # 200,000 look-alike images a name per member made each band's element 7 MB,
             # and on the local runner the driver buffers every band's at once.
             used, list_index = np.unique(list_of, return_inverse=True)
             yield (
                 json.dumps([lists[p][0] for p in used.tolist()]).encode(),
-                np.stack([list_index, members - starts[list_of]]).astype(np.int32).tobytes(),
+                np.stack([list_index, position]).astype(np.int32).tobytes(),
                 pairs.astype(np.int32).tobytes(),
             )
 
